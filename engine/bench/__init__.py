@@ -1,0 +1,1 @@
+"""Benchmarks: speed and acceptance measured in one run against plain decoding."""

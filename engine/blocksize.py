@@ -1,0 +1,172 @@
+"""Block size `auto`: verify as many draft tokens as maximise expected tokens per second.
+
+Cost: T(n), the time of an n-token target decode, is timed on this machine at load and then
+tracked online (EMA of the real verify times). Benefit: conditional per-slot acceptance rates
+c_j = P(slot j accepted | slots < j accepted), kept per draft bucket (the n-gram match length,
+say). They are learnt from every proposal, verified or not, by comparing it with the tokens the
+target actually committed afterwards ("shadow" evaluation), so choosing to verify nothing
+never starves the estimate. Verifying k drafts commits E(k) = 1 + sum_j prod_{i<=j} c_i tokens
+in T(k+1) seconds; plain decoding commits 1 in T(1).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MAX_BLOCK_SIZE = 32
+PROFILE_SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
+
+
+class CostModel:
+    """T(n) in seconds for n = 1..MAX_BLOCK_SIZE, linear between measured sizes."""
+
+    def __init__(self, measured: dict[int, float], ema: float = 0.1) -> None:
+        if 1 not in measured:
+            raise ValueError("the cost model needs T(1)")
+        self.measured = dict(measured)
+        self.ema = ema
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        sizes = sorted(self.measured)
+        xs = np.arange(1, MAX_BLOCK_SIZE + 1)
+        times = np.interp(xs, sizes, [self.measured[s] for s in sizes])
+        if sizes[-1] < MAX_BLOCK_SIZE and len(sizes) > 1:
+            # beyond the last measured size, extend with the slope of the last segment
+            s0, s1 = sizes[-2], sizes[-1]
+            slope = (self.measured[s1] - self.measured[s0]) / (s1 - s0)
+            beyond = xs > s1
+            times[beyond] = self.measured[s1] + slope * (xs[beyond] - s1)
+        self.table = np.maximum.accumulate(times)  # a longer batch never costs less
+
+    def __call__(self, n: int) -> float:
+        return float(self.table[n - 1])
+
+    def observe(self, n: int, seconds: float) -> None:
+        old = self.measured.get(n)
+        self.measured[n] = seconds if old is None else (1 - self.ema) * old + self.ema * seconds
+        self._rebuild()
+
+    def ratios(self) -> dict[int, float]:
+        return {n: self(n) / self(1) for n in range(1, MAX_BLOCK_SIZE + 1)}
+
+
+def profile_costs(
+    decode_n: Callable[[int], None], sizes: Sequence[int] = PROFILE_SIZES, repeats: int = 3
+) -> dict[int, float]:
+    """Time decode_n(n) (which must decode n tokens and roll them back) for each size."""
+    decode_n(1)  # warm-up: first decode allocates buffers
+    result = {}
+    for n in sizes:
+        samples = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            decode_n(n)
+            samples.append(time.perf_counter() - start)
+        result[n] = float(np.median(samples))
+    return result
+
+
+@dataclass
+class _SlotStats:
+    accepted: np.ndarray
+    trials: np.ndarray
+
+
+@dataclass
+class _Pending:
+    bucket: str
+    tokens: list[int]
+    start: int  # index in the committed stream of the token slot 1 should equal
+
+
+@dataclass
+class AcceptanceEstimator:
+    """Per-bucket conditional acceptance rates with a Beta prior and exponential forgetting."""
+
+    max_slots: int = MAX_BLOCK_SIZE - 1
+    prior_accept: float = 1.0
+    prior_trials: float = 2.0
+    decay: float = 0.98
+    buckets: dict[str, _SlotStats] = field(default_factory=dict)
+
+    def _stats(self, bucket: str) -> _SlotStats:
+        if bucket not in self.buckets:
+            self.buckets[bucket] = _SlotStats(np.zeros(self.max_slots), np.zeros(self.max_slots))
+        return self.buckets[bucket]
+
+    def rates(self, bucket: str) -> np.ndarray:
+        s = self._stats(bucket)
+        return (s.accepted + self.prior_accept) / (s.trials + self.prior_trials)
+
+    def record(self, bucket: str, n_matched: int, n_tried: int) -> None:
+        """Slots 1..n_matched were accepted; slot n_matched+1 rejected if n_matched < n_tried."""
+        s = self._stats(bucket)
+        s.accepted *= self.decay
+        s.trials *= self.decay
+        upto = min(n_tried, n_matched + 1, self.max_slots)
+        s.trials[:upto] += 1
+        s.accepted[: min(n_matched, self.max_slots)] += 1
+
+
+class BlockSizeChooser:
+    def __init__(self, cost: CostModel, max_block: int = 16) -> None:
+        self.cost = cost
+        self.max_block = max_block
+        self.estimator = AcceptanceEstimator()
+        self._pending: list[_Pending] = []
+        self.draft_seconds = 0.0  # EMA of the drafter's call time
+
+    def expected_tokens(self, bucket: str, k: int) -> float:
+        c = self.estimator.rates(bucket)[:k]
+        return 1.0 + float(np.sum(np.cumprod(c)))
+
+    def choose(self, bucket: str, n_available: int) -> int:
+        """How many of n_available draft tokens to verify (0 = plain decoding this step)."""
+        n = min(n_available, self.max_block - 1)
+        if n <= 0:
+            return 0
+        c = np.cumprod(self.estimator.rates(bucket)[:n])
+        expected = 1.0 + np.concatenate(([0.0], np.cumsum(c)))  # E(0..n)
+        speeds = expected / self.cost.table[: n + 1]
+        return int(np.argmax(speeds))
+
+    def worth_drafting(self, bucket: str = "") -> bool:
+        """False when even the best block cannot pay for the drafter's call time."""
+        if self.draft_seconds <= 0.0:
+            return True
+        n = self.max_block - 1
+        c = np.cumprod(self.estimator.rates(bucket)[:n])
+        expected = 1.0 + np.concatenate(([0.0], np.cumsum(c)))
+        best = np.max(expected[1:] / (self.cost.table[1 : n + 1] + self.draft_seconds))
+        return bool(best > 1.0 / self.cost(1))
+
+    def observe_draft_time(self, seconds: float) -> None:
+        self.draft_seconds = (
+            seconds if self.draft_seconds == 0 else 0.9 * self.draft_seconds + 0.1 * seconds
+        )
+
+    def propose_made(self, bucket: str, tokens: Sequence[int], start: int) -> None:
+        if len(tokens):
+            self._pending.append(_Pending(bucket, [int(t) for t in tokens], start))
+
+    def committed(self, stream: Sequence[int]) -> None:
+        """Resolve pending proposals against the committed token stream."""
+        still = []
+        for p in self._pending:
+            available = len(stream) - p.start
+            matched = 0
+            while (
+                matched < min(available, len(p.tokens))
+                and stream[p.start + matched] == p.tokens[matched]
+            ):
+                matched += 1
+            if matched == len(p.tokens) or matched < available:
+                self.estimator.record(p.bucket, matched, len(p.tokens))
+            else:
+                still.append(p)
+        self._pending = still

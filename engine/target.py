@@ -1,0 +1,390 @@
+"""LlamaTarget: the quantized target model, driven through llama-cpp-python's low-level API.
+
+One `decode` of a batch returns the logits of every position and, when features are on, the
+final normed hidden state per position (embeddings on, pooling NONE), from the same forward
+pass. The KV cache holds exactly `self.tokens` at positions 0..len-1 of sequence 0: prefix
+reuse keeps the common prefix between turns, `truncate` rolls back rejected positions.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+
+from engine.events import ContextOverflowError, EngineError, ModelLoadError
+from engine.models import check_gguf
+
+_GGML_TYPE_SIZE = {1: 2.0, 0: 4.0, 8: 34 / 32}  # f16, f32, q8_0 bytes per element (KV types)
+_LOG_LINES: deque[str] = deque(maxlen=400)
+_GGML_LOG_DEBUG = 1
+_KV_PAD = 256  # llama_kv_cache::get_n_kv pads n_kv to max(n_pad, 256)
+_LOG_LOCK = threading.Lock()
+
+
+@llama_cpp.llama_log_callback
+def _log_to_buffer(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    # llama.cpp is chatty on stderr; keep its log (debug lines dropped) for error messages.
+    if level == _GGML_LOG_DEBUG:
+        return
+    with _LOG_LOCK:
+        _LOG_LINES.append(text.decode("utf-8", errors="replace"))
+
+
+def _install_logger() -> None:
+    if os.environ.get("HYFLASH_LLAMA_LOG") != "stderr":
+        llama_cpp.llama_log_set(_log_to_buffer, ctypes.c_void_p(0))
+
+
+def recent_llama_log(n: int = 20) -> str:
+    with _LOG_LOCK:
+        return "".join(list(_LOG_LINES)[-n:])
+
+
+_install_logger()
+llama_cpp.llama_backend_init()
+
+
+def _capture_layer_functions():
+    """libllama exports the per-layer input capture only as C++ symbols (not in llama.h)."""
+    lib = llama_cpp.llama_cpp._lib
+    try:
+        set_fn = lib._Z30llama_set_embeddings_layer_inpP13llama_contextjb
+        get_fn = lib._Z30llama_get_embeddings_layer_inpP13llama_contextj
+    except AttributeError:
+        return None
+    set_fn.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_bool]
+    set_fn.restype = None
+    get_fn.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+    get_fn.restype = ctypes.POINTER(ctypes.c_float)
+    return set_fn, get_fn
+
+
+@dataclass
+class DecodeOutput:
+    logits: np.ndarray  # (n, vocab) float32, a copy
+    features: np.ndarray | None  # (n, n_embd) final normed hidden states
+    layers: dict[int, np.ndarray]  # captured layer inputs, layer id -> (n, n_embd)
+
+
+def default_threads() -> int:
+    # Physical cores are what matter for a compute-bound decode; os.cpu_count counts SMT threads.
+    count = os.cpu_count() or 2
+    return max(1, min(count, 8))
+
+
+class LlamaTarget:
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        n_batch: int = 512,
+        n_gpu_layers: int = 0,
+        capture_layers: Sequence[int] = (),
+        features: bool = False,
+    ) -> None:
+        path = Path(model_path)
+        check_gguf(path)
+        self.path = path
+        self.n_threads = n_threads or default_threads()
+        self._model = None
+        self._ctx = None
+        self._batch = None
+
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        model = llama_cpp.llama_model_load_from_file(str(path).encode("utf-8"), mparams)
+        if not model:
+            raise ModelLoadError(
+                f"llama.cpp could not load {path.name}: the file is damaged, truncated or of an "
+                f"unsupported architecture.\n{recent_llama_log(4).strip()}"
+            )
+        self._model = model
+        self._vocab = llama_cpp.llama_model_get_vocab(model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self.n_embd = llama_cpp.llama_model_n_embd(model)
+        self.n_layer = llama_cpp.llama_model_n_layer(model)
+        self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(model)
+
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_seq_max = 1
+        cparams.n_threads = self.n_threads
+        cparams.n_threads_batch = self.n_threads
+        cparams.embeddings = features
+        cparams.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_NONE
+        ctx = llama_cpp.llama_init_from_model(model, cparams)
+        if not ctx:
+            self.close()
+            raise ModelLoadError(
+                f"llama.cpp could not create a context of {n_ctx} tokens for {path.name} "
+                f"(out of memory?).\n{recent_llama_log(4).strip()}"
+            )
+        self._ctx = ctx
+        self._mem = llama_cpp.llama_get_memory(ctx)
+        self.n_ctx = llama_cpp.llama_n_ctx(ctx)
+        self.n_batch = n_batch
+        self._features_on = features
+        self._type_k = cparams.type_k
+        self._type_v = cparams.type_v
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+
+        self.capture_layers = tuple(capture_layers)
+        self._layer_get = None
+        if self.capture_layers:
+            fns = _capture_layer_functions()
+            if fns is None:
+                self.close()
+                raise EngineError("this libllama build cannot capture intermediate layers")
+            set_fn, self._layer_get = fns
+            for layer in self.capture_layers:
+                if not 0 <= layer < self.n_layer:
+                    self.close()
+                    raise EngineError(f"layer {layer} out of range 0..{self.n_layer - 1}")
+                set_fn(ctx, layer, True)
+
+        # Tokens whose K/V are in the cache, at positions 0..len-1; features stored per position
+        # (valid below self._features_upto) so a drafter can be refed without re-decoding.
+        self.tokens: list[int] = []
+        self._features = np.zeros((self.n_ctx, self.n_embd), dtype=np.float32)
+        self._features_upto = 0
+
+    # ----- metadata -------------------------------------------------------------------------
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        return buf.value.decode("utf-8", errors="replace")
+
+    @property
+    def architecture(self) -> str:
+        return self.meta("general.architecture") or "unknown"
+
+    def chat_template(self) -> str | None:
+        raw = llama_cpp.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8") if raw else None
+
+    def model_size_bytes(self) -> int:
+        return int(llama_cpp.llama_model_size(self._model))
+
+    # ----- tokens ---------------------------------------------------------------------------
+
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (llama_cpp.llama_token * cap)()
+        n = llama_cpp.llama_tokenize(
+            self._vocab, data, len(data), buf, cap, add_special, parse_special
+        )
+        if n < 0:
+            cap = -n
+            buf = (llama_cpp.llama_token * cap)()
+            n = llama_cpp.llama_tokenize(
+                self._vocab, data, len(data), buf, cap, add_special, parse_special
+            )
+        return list(buf[:n])
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        data = b"".join(self.token_bytes(t, special=special) for t in tokens)
+        return data.decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def token_text(self, token: int) -> str:
+        return llama_cpp.llama_vocab_get_text(self._vocab, token).decode("utf-8", errors="replace")
+
+    @property
+    def bos_token(self) -> int:
+        return llama_cpp.llama_vocab_bos(self._vocab)
+
+    @property
+    def eos_token(self) -> int:
+        return llama_cpp.llama_vocab_eos(self._vocab)
+
+    def adds_bos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+
+    # ----- decoding -------------------------------------------------------------------------
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def features_on(self) -> bool:
+        return self._features_on
+
+    def set_features(self, on: bool) -> None:
+        """Turn hidden-state output on or off (off makes long prefills cheaper: with features
+        on, llama.cpp outputs every row, logits included)."""
+        if on != self._features_on:
+            llama_cpp.llama_set_embeddings(self._ctx, on)
+            self._features_on = on
+
+    def decode(self, tokens: Sequence[int], *, all_logits: bool = True) -> DecodeOutput:
+        """Decode `tokens` at positions n_past.. and keep them in the cache.
+
+        all_logits=False asks for the last row only (prefill); with features on llama.cpp
+        outputs every row anyway."""
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("decode needs at least one token")
+        if n > self.n_batch:
+            raise ValueError(f"batch of {n} exceeds n_batch {self.n_batch}")
+        if self.n_past + n > self.n_ctx:
+            raise ContextOverflowError(
+                f"the context is full ({self.n_past} + {n} tokens > {self.n_ctx})"
+            )
+        batch = self._batch
+        start = self.n_past
+        for i, token in enumerate(tokens):
+            batch.token[i] = token
+            batch.pos[i] = start + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = all_logits or i == n - 1
+        batch.n_tokens = n
+        rc = llama_cpp.llama_decode(self._ctx, batch)
+        if rc != 0:
+            raise EngineError(f"llama_decode failed with code {rc}. {recent_llama_log(3).strip()}")
+        n_out = n if (all_logits or self._features_on) else 1
+        logits_ptr = llama_cpp.llama_get_logits(self._ctx)
+        rows = np.ctypeslib.as_array(logits_ptr, shape=(n_out, self.n_vocab))
+        logits = (rows if all_logits else rows[-1:]).copy()
+        features = None
+        if self._features_on:
+            emb_ptr = llama_cpp.llama_get_embeddings(self._ctx)
+            features = np.ctypeslib.as_array(emb_ptr, shape=(n, self.n_embd)).copy()
+            if self._features_upto == start:
+                self._features[start : start + n] = features
+                self._features_upto = start + n
+        layers = {}
+        for layer in self.capture_layers:
+            ptr = self._layer_get(self._ctx, layer)
+            layers[layer] = np.ctypeslib.as_array(ptr, shape=(n, self.n_embd)).copy()
+        self.tokens.extend(int(t) for t in tokens)
+        return DecodeOutput(logits=logits, features=features, layers=layers)
+
+    def exact_batch_limit(self) -> int:
+        """How many tokens the next decode may hold while every row stays bit-identical to
+        decoding them one at a time: llama.cpp pads the attended KV length (n_kv) to a multiple
+        of 256 cells from the highest cell in use, so a batch that crosses such a boundary
+        attends over a longer (masked) span than single-token decodes of its first rows, and
+        the float sums change. Keeping verify batches inside one span keeps greedy output
+        token-identical to plain decoding."""
+        pad = _KV_PAD
+        return -(-(self.n_past + 1) // pad) * pad - self.n_past
+
+    def prefill(
+        self, tokens: Sequence[int], cancel: threading.Event | None = None
+    ) -> np.ndarray | None:
+        """Decode tokens in n_batch chunks; return the last row's logits (None if no tokens)."""
+        last = None
+        for i in range(0, len(tokens), self.n_batch):
+            if cancel is not None and cancel.is_set():
+                return None
+            out = self.decode(tokens[i : i + self.n_batch], all_logits=False)
+            last = out.logits[-1]
+        return last
+
+    def truncate(self, n_keep: int) -> None:
+        """Roll back: drop cached positions n_keep.. (rejected draft tokens, an old suffix)."""
+        if n_keep >= self.n_past:
+            return
+        ok = llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1)
+        if not ok:
+            raise EngineError("llama.cpp could not remove positions from the KV cache")
+        del self.tokens[n_keep:]
+        self._features_upto = min(self._features_upto, n_keep)
+
+    def reuse_prefix(self, tokens: Sequence[int]) -> int:
+        """Keep the longest cached prefix of `tokens`, drop the rest; return its length."""
+        common = 0
+        for cached, new in zip(self.tokens, tokens, strict=False):
+            if cached != new:
+                break
+            common += 1
+        self.truncate(common)
+        return common
+
+    def features(self, start: int, stop: int) -> np.ndarray | None:
+        """Stored features of cached positions start..stop-1, or None where not all are known."""
+        if stop > self._features_upto:
+            return None
+        return self._features[start:stop]
+
+    def features_known_upto(self) -> int:
+        return self._features_upto
+
+    def reset(self) -> None:
+        llama_cpp.llama_memory_clear(self._mem, True)
+        self.tokens.clear()
+        self._features_upto = 0
+
+    # ----- memory accounting ----------------------------------------------------------------
+
+    def kv_bytes_per_token(self) -> int:
+        """K and V bytes one cached token takes across all layers (f16 cache by default)."""
+        n_head = llama_cpp.llama_model_n_head(self._model)
+        n_head_kv = llama_cpp.llama_model_n_head_kv(self._model)
+        arch = self.architecture
+        head_k = int(self.meta(f"{arch}.attention.key_length") or self.n_embd // n_head)
+        head_v = int(self.meta(f"{arch}.attention.value_length") or self.n_embd // n_head)
+        k = head_k * n_head_kv * _GGML_TYPE_SIZE[self._type_k]
+        v = head_v * n_head_kv * _GGML_TYPE_SIZE[self._type_v]
+        return int(round(self.n_layer * (k + v)))
+
+    def kv_bytes_allocated(self) -> int:
+        return self.kv_bytes_per_token() * self.n_ctx
+
+    def kv_bytes_used(self) -> int:
+        return self.kv_bytes_per_token() * self.n_past
+
+    # ----- lifetime -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> LlamaTarget:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

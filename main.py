@@ -1,0 +1,27 @@
+"""HyFlash Chat launcher: `python main.py` opens the app; `python main.py --cli ...` is the CLI."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--cli"]:
+        from engine.cli import main as cli_main
+
+        return cli_main(argv[1:])
+    if argv[:1] in (["-h"], ["--help"]):
+        print(
+            "usage: python main.py [app options]      open the chat window\n"
+            "       python main.py --cli COMMAND ...  command line (generate, chat, bench, ...)\n"
+            "CLI commands: run `python main.py --cli --help`."
+        )
+        return 0
+    from app.main import main as app_main
+
+    return app_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""Shared fixtures: the real embedded GGUF target, loaded once per session."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+@pytest.fixture(scope="session")
+def model_path():
+    from engine.models import resolve_target
+
+    return resolve_target(None)[1]
+
+
+@pytest.fixture(scope="session")
+def engine():
+    """One Engine on the real model; tests switch drafters with set_drafter."""
+    from engine.engine import Engine
+
+    eng = Engine(None, drafter="ngram", n_ctx=4096)
+    yield eng
+    eng.close()
+
+
+@pytest.fixture()
+def ngram_engine(engine):
+    engine.set_drafter("ngram")
+    return engine
