@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.backends import BackendChoice, choose, probe
 from engine.blocksize import MAX_BLOCK_SIZE, BlockSizeChooser, CostModel, profile_costs
 from engine.chat_template import ChatTemplate
 from engine.drafters import NgramDrafter, NoDrafter
@@ -32,13 +33,16 @@ class EngineInfo:
     model_path: str
     n_ctx: int
     n_threads: int
-    n_gpu_layers: int
+    backend: str
+    backend_reason: str
     drafter: str
     model_bytes: int
     kv_bytes_per_token: int
 
 
-def make_drafter(spec: str, model_id: str, target: LlamaTarget) -> Drafter:
+def make_drafter(
+    spec: str, model_id: str, target: LlamaTarget, backend: BackendChoice | None = None
+) -> Drafter:
     """'none', 'ngram', 'hyflash' (the drafter shipped for this target) or a drafter path."""
     if spec == "none":
         return NoDrafter()
@@ -60,7 +64,8 @@ def make_drafter(spec: str, model_id: str, target: LlamaTarget) -> Drafter:
         )
     from engine.drafters.hyflash import HyFlashDrafter  # onnxruntime only when used
 
-    return HyFlashDrafter.load(path, target)
+    providers = list(backend.drafter_providers) if backend else None
+    return HyFlashDrafter.load(path, target, providers=providers)
 
 
 class Engine:
@@ -71,15 +76,18 @@ class Engine:
         drafter: str = "ngram",
         n_ctx: int = 4096,
         n_threads: int | None = None,
-        n_gpu_layers: int = 0,
+        backend: str | None = None,
         max_block: int = 16,
         profile: bool = True,
     ) -> None:
         self.model_id, self.model_path = resolve_target(model)
+        self.backend = choose(probe(), backend, model_bytes=self.model_path.stat().st_size)
         self.target = LlamaTarget(
-            self.model_path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers
+            self.model_path,
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            n_gpu_layers=self.backend.n_gpu_layers,
         )
-        self.n_gpu_layers = n_gpu_layers
         t = self.target
         self.template = ChatTemplate(
             t.chat_template(), t.token_text(t.bos_token), t.token_text(t.eos_token)
@@ -95,7 +103,7 @@ class Engine:
 
     def set_drafter(self, spec: str) -> None:
         """Switch drafters without reloading the target; a mismatch keeps the old one."""
-        self.drafter = make_drafter(spec, self.model_id, self.target)
+        self.drafter = make_drafter(spec, self.model_id, self.target, self.backend)
         self.chooser = BlockSizeChooser(self.cost, self.max_block) if self.cost else None
 
     def info(self) -> EngineInfo:
@@ -104,7 +112,8 @@ class Engine:
             model_path=str(self.model_path),
             n_ctx=self.target.n_ctx,
             n_threads=self.target.n_threads,
-            n_gpu_layers=self.n_gpu_layers,
+            backend=self.backend.name,
+            backend_reason=self.backend.reason,
             drafter=self.drafter.name,
             model_bytes=self.target.model_size_bytes(),
             kv_bytes_per_token=self.target.kv_bytes_per_token(),

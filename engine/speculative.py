@@ -178,7 +178,7 @@ def generate_tokens(
             break
 
         # --- draft ----------------------------------------------------------------------
-        max_draft = min(max_block - 1, room - 1, remaining - 1, target.exact_batch_limit() - 1)
+        max_draft = min(max_block - 1, room - 1, remaining - 1)
         t0 = time.perf_counter()
         draft_tokens = np.zeros(0, dtype=np.int32)
         draft_probs = None  # warped q rows, sampling with a probabilistic drafter only

@@ -25,7 +25,7 @@ from engine.models import check_gguf
 _GGML_TYPE_SIZE = {1: 2.0, 0: 4.0, 8: 34 / 32}  # f16, f32, q8_0 bytes per element (KV types)
 _LOG_LINES: deque[str] = deque(maxlen=400)
 _GGML_LOG_DEBUG = 1
-_KV_PAD = 256  # llama_kv_cache::get_n_kv pads n_kv to max(n_pad, 256)
+_GGML_TYPE_Q8_0 = 8
 _LOG_LOCK = threading.Lock()
 
 
@@ -124,6 +124,15 @@ class LlamaTarget:
         cparams.n_threads_batch = self.n_threads
         cparams.embeddings = features
         cparams.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_NONE
+        # Exactness: with an f16/f32 KV cache, llama.cpp's CPU flash attention takes a
+        # different kernel for a 1-token decode once 512+ cells are attended (KV split across
+        # threads) and for 32+ query rows (tiled), so the rows of a B-token verify stop being
+        # bit-identical to 1-token decodes and greedy speculative output can drift from plain
+        # decoding in near-ties (seen at ~750 tokens). A q8_0 cache takes one per-row kernel
+        # for every batch shape (and halves KV memory); quantized V needs flash attention on.
+        cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        cparams.type_k = _GGML_TYPE_Q8_0
+        cparams.type_v = _GGML_TYPE_Q8_0
         ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:
             self.close()
@@ -288,16 +297,6 @@ class LlamaTarget:
             layers[layer] = np.ctypeslib.as_array(ptr, shape=(n, self.n_embd)).copy()
         self.tokens.extend(int(t) for t in tokens)
         return DecodeOutput(logits=logits, features=features, layers=layers)
-
-    def exact_batch_limit(self) -> int:
-        """How many tokens the next decode may hold while every row stays bit-identical to
-        decoding them one at a time: llama.cpp pads the attended KV length (n_kv) to a multiple
-        of 256 cells from the highest cell in use, so a batch that crosses such a boundary
-        attends over a longer (masked) span than single-token decodes of its first rows, and
-        the float sums change. Keeping verify batches inside one span keeps greedy output
-        token-identical to plain decoding."""
-        pad = _KV_PAD
-        return -(-(self.n_past + 1) // pad) * pad - self.n_past
 
     def prefill(
         self, tokens: Sequence[int], cancel: threading.Event | None = None

@@ -1,0 +1,461 @@
+"""HyFlash run-time drafter: the exported ONNX graphs driven by onnxruntime + numpy (no torch).
+
+State between calls; the first two are constant in context length for "local" attention and
+are what memory_bytes() reports:
+  - the window: per-layer K/V (RoPE applied at absolute positions), pointer keys and the
+    token that followed each entry (what the pointer copies), for the last W committed
+    tokens (the full-attention baseline keeps all of them);
+  - the recurrent memory state (heads, Dk, Dv), folded forward by the observe graph;
+  - besides, an n-gram index over committed token ids for the copy path's lookup candidates
+    (tens of bytes per token, like the n-gram drafter's; see memory_breakdown()).
+observe() costs O(new tokens) (one observe-graph call per chunk of new tokens); propose()
+is one propose-graph call plus a scatter of draft-vocabulary and copy log-probs into the
+target vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from engine.drafters.base import Draft
+from engine.events import DrafterMismatchError
+from engine.hyflash.config import DrafterConfig, draft_memory_bytes
+from engine.hyflash.gguf_weights import EmbeddingRows, file_sha256
+
+CARD = "card.json"
+CARD_FORMAT = "hyflash-drafter"
+CARD_VERSION = 1
+PROPOSE_ONNX = "model_propose.onnx"
+OBSERVE_ONNX = "model_observe.onnx"
+DRAFT_VOCAB = "draft_vocab.npy"
+WEIGHT_VARIANTS = ("fp32", "int8", "int4")
+
+
+# ----- n-gram lookup candidates (shared with training) ------------------------------------
+
+
+class NgramIndex:
+    """Most recent occurrence of every n-gram (n <= max_ngram) of the committed tokens.
+
+    lookup(anchor) matches the longest n-gram ending with the anchor at an earlier position e
+    and returns the tokens that followed it, e+1..e+n_slots (the anchor itself is the last
+    token they may reach), with the matched length per slot (0 = no candidate)."""
+
+    def __init__(self, max_ngram: int = 3) -> None:
+        self.max_ngram = max_ngram
+        self.reset()
+
+    def reset(self) -> None:
+        self.history: list[int] = []
+        self.index: dict[tuple[int, ...], int] = {}  # n-gram -> end position of last occurrence
+
+    def observe(self, tokens: Sequence[int]) -> None:
+        hist = self.history
+        for token in tokens:
+            hist.append(int(token))
+            end = len(hist) - 1
+            for n in range(1, min(self.max_ngram, end + 1) + 1):
+                self.index[tuple(hist[end - n + 1 : end + 1])] = end
+
+    def lookup(self, anchor: int, n_slots: int) -> tuple[np.ndarray, np.ndarray]:
+        ids = np.zeros(n_slots, dtype=np.int64)
+        match = np.zeros(n_slots, dtype=np.int64)
+        hist = self.history
+        a = len(hist)  # the anchor's position
+        for n in range(min(self.max_ngram, a + 1), 0, -1):
+            key = (*hist[a - n + 1 :], int(anchor)) if n > 1 else (int(anchor),)
+            end = self.index.get(key)
+            if end is None:
+                continue
+            for k in range(1, n_slots + 1):
+                p = end + k
+                if p > a:
+                    break
+                ids[k - 1] = hist[p] if p < a else int(anchor)
+                match[k - 1] = n
+            break
+        return ids, match
+
+    def nbytes(self) -> int:
+        return 4 * len(self.history) + 16 * len(self.index)
+
+
+def ngram_candidates(
+    tokens: Sequence[int], n_slots: int, max_ngram: int = 3
+) -> tuple[np.ndarray, np.ndarray]:
+    """Lookup candidates for every anchor position of a sequence (training tables):
+    (T, n_slots) ids and match lengths, row a = NgramIndex over tokens[:a], anchor tokens[a]."""
+    tokens = [int(t) for t in tokens]
+    ids = np.zeros((len(tokens), n_slots), dtype=np.int64)
+    match = np.zeros((len(tokens), n_slots), dtype=np.int64)
+    index = NgramIndex(max_ngram)
+    for a, token in enumerate(tokens):
+        ids[a], match[a] = index.lookup(token, n_slots)
+        index.observe([token])
+    return ids, match
+
+
+# ----- target identity check ---------------------------------------------------------------
+
+
+def check_card(card: dict, target) -> None:
+    """Refuse a drafter trained for another target: vocab and hidden size, then the GGUF hash."""
+    ident = card.get("target") or {}
+    name = card.get("name", "this drafter")
+    want_vocab, want_hidden = ident.get("vocab_size"), ident.get("hidden_size")
+    have_vocab, have_hidden = int(target.n_vocab), int(target.n_embd)
+    model = Path(str(getattr(target, "path", "the target"))).name
+    if want_vocab != have_vocab or want_hidden != have_hidden:
+        raise DrafterMismatchError(
+            f"The HyFlash drafter '{name}' was trained for a target with vocabulary "
+            f"{want_vocab} and hidden size {want_hidden}, but {model} has vocabulary "
+            f"{have_vocab} and hidden size {have_hidden}. Use a drafter trained for this model, "
+            "or the n-gram drafter."
+        )
+    want_sha = ident.get("gguf_sha256")
+    path = getattr(target, "path", None)
+    if want_sha and path is not None:
+        have_sha = file_sha256(path)
+        if have_sha != want_sha:
+            raise DrafterMismatchError(
+                f"The HyFlash drafter '{name}' was trained for another build of this model "
+                f"(GGUF sha256 {want_sha[:12]}..., but {model} is {have_sha[:12]}...): its "
+                "features and weights would not match. Use a drafter trained for this file, "
+                "or the n-gram drafter."
+            )
+
+
+# ----- the drafter --------------------------------------------------------------------------
+
+
+def session_options(threads: int = 2, spin: bool = False) -> ort.SessionOptions:
+    """spin=False: ORT worker threads sleep as soon as a call ends instead of busy-waiting for
+    the next one, which would steal the cores llama.cpp needs for the verify that follows."""
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    return opts
+
+
+class HyFlashDrafter:
+    name = "hyflash"
+    wants_features = True
+
+    def __init__(
+        self,
+        folder: str | Path,
+        embed: EmbeddingRows,
+        *,
+        card: dict | None = None,
+        weights: str = "fp32",
+        threads: int = 2,
+        providers: Sequence[str | tuple[str, dict]] | None = None,
+        spin: bool = False,
+    ) -> None:
+        folder = Path(folder)
+        self.folder = folder
+        self.card = card if card is not None else json.loads((folder / CARD).read_text("utf-8"))
+        self.cfg = DrafterConfig.from_dict(self.card["config"])
+        self.files = self.card.get("files", {})
+        self.weights = weights
+        opts = session_options(threads, spin)
+        providers = list(providers or ["CPUExecutionProvider"])
+        self._propose = ort.InferenceSession(
+            str(folder / self._file("propose", weights)), opts, providers=providers
+        )
+        self._observe = ort.InferenceSession(
+            str(folder / self._file("observe", weights)), opts, providers=providers
+        )
+        self._propose_inputs = {i.name for i in self._propose.get_inputs()}
+        self._propose_outputs = [o.name for o in self._propose.get_outputs()]
+        self._observe_outputs = [o.name for o in self._observe.get_outputs()]
+        self.draft_ids = np.load(folder / DRAFT_VOCAB).astype(np.int64)
+        self.embed = embed
+        if embed.hidden_size != self.cfg.hidden_size:
+            raise DrafterMismatchError("the target's embedding width does not match the drafter")
+        cfg = self.cfg
+        self._n_slots = cfg.n_slots
+        self._hist_len = cfg.history_len if cfg.memory != "none" else None
+        # GDN's exported chunk is exact up to observe_chunk tokens; the other graphs take any
+        # length, so long prompts go through in few calls
+        self._chunk = cfg.observe_chunk if cfg.memory == "gdn" else max(cfg.observe_chunk, 256)
+        self.reset()
+
+    def _file(self, graph: str, weights: str) -> str:
+        name = self.files.get(graph, {}).get(weights)
+        if name is None:
+            if weights == "fp32":
+                return PROPOSE_ONNX if graph == "propose" else OBSERVE_ONNX
+            have = sorted(self.files.get(graph, {}))
+            raise DrafterMismatchError(
+                f"This HyFlash drafter has no {weights} weights (available: {', '.join(have)})"
+            )
+        return name
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        target,
+        *,
+        weights: str | None = None,
+        threads: int = 2,
+        providers: Sequence[str | tuple[str, dict]] | None = None,
+        spin: bool = False,
+    ) -> HyFlashDrafter:
+        """Open a drafter folder for `target` (anything with path, n_vocab, n_embd: normally a
+        LlamaTarget); refuses with DrafterMismatchError when it was trained for another one.
+        weights: "fp32" | "int8" | "int4"; None takes the card's recommended one (or fp32)."""
+        folder = Path(path)
+        card_path = folder / CARD
+        if not card_path.exists():
+            raise DrafterMismatchError(f"{folder} is not a HyFlash drafter folder (no {CARD})")
+        card = json.loads(card_path.read_text(encoding="utf-8"))
+        if card.get("format") != CARD_FORMAT or int(card.get("format_version", 0)) > CARD_VERSION:
+            raise DrafterMismatchError(
+                f"{folder} holds a drafter of format {card.get('format')!r} version "
+                f"{card.get('format_version')}; this app reads {CARD_FORMAT} up to version "
+                f"{CARD_VERSION}. Update the app or use another drafter."
+            )
+        check_card(card, target)
+        if weights is None:
+            weights = card.get("default_weights", "fp32")
+        embed = EmbeddingRows(target.path)
+        return cls(
+            folder,
+            embed,
+            card=card,
+            weights=weights,
+            threads=threads,
+            providers=providers,
+            spin=spin,
+        )
+
+    # ----- protocol -----------------------------------------------------------------------
+
+    def reset(self) -> None:
+        cfg = self.cfg
+        self._cap = cap = cfg.window if cfg.attention == "local" else 256
+        self._n = 0  # committed tokens observed (= position of the next anchor)
+        self._kv = np.zeros((cfg.n_layers, 2, cap, cfg.d_model), dtype=np.float32)
+        self._ptr = np.zeros((cap, cfg.ptr_dim), dtype=np.float32)
+        self._next = np.zeros(cap, dtype=np.int64)  # token that followed each entry
+        self._len = 0  # entries held (chronological, oldest first)
+        if cfg.memory != "none":
+            shape = (1, cfg.mem_heads, cfg.mem_key_dim, cfg.mem_value_dim)
+            self._state = np.zeros(shape, dtype=np.float32)
+        else:
+            self._state = None
+        hist = self._hist_len or 0
+        self._hist_feat = np.zeros((hist, cfg.feature_dim), dtype=np.float32)
+        self._hist_emb = np.zeros((hist, cfg.hidden_size), dtype=np.float32)
+        self._hist_n = 0
+        self._state_dirty = False
+        self.ngram = NgramIndex(cfg.max_ngram)
+
+    def observe(self, tokens: Sequence[int], features: np.ndarray | None) -> None:
+        tokens = [int(t) for t in tokens]
+        if not tokens:
+            return
+        if features is None:
+            raise ValueError("the HyFlash drafter needs the target's features (wants_features)")
+        feats = np.ascontiguousarray(features, dtype=np.float32).reshape(len(tokens), -1)
+        if feats.shape[1] != self.cfg.feature_dim:
+            raise ValueError(
+                f"features have width {feats.shape[1]}, the drafter expects {self.cfg.feature_dim}"
+            )
+        emb = self.embed(tokens)
+        chunk = self._chunk
+        for i in range(0, len(tokens), chunk):
+            self._observe_chunk(tokens[i : i + chunk], feats[i : i + chunk], emb[i : i + chunk])
+        self.ngram.observe(tokens)
+
+    def _run_observe(
+        self, feats: np.ndarray, emb: np.ndarray, pos0: int, state: np.ndarray | None
+    ) -> dict[str, np.ndarray]:
+        n = len(feats)
+        feeds = {
+            "features": feats[None],
+            "token_emb": emb[None],
+            "pos0": np.array([pos0], dtype=np.int64),
+            "valid": np.ones((1, n), dtype=np.float32),
+        }
+        if state is not None:
+            feeds["state"] = state
+        return dict(zip(self._observe_outputs, self._observe.run(None, feeds), strict=True))
+
+    def _observe_chunk(self, tokens: list[int], feats: np.ndarray, emb: np.ndarray) -> None:
+        # "last L" memories are rebuilt from their inputs at propose time; "all" folds forward
+        carry = self._state is not None and self._hist_len is None
+        state_in = (
+            self._state if carry else (None if self._state is None else np.zeros_like(self._state))
+        )
+        outs = self._run_observe(feats, emb, self._n, state_in)
+        if carry:
+            self._state = outs["state_out"]
+        ptr = outs["ctx_ptr"][0] if "ctx_ptr" in outs else None
+        self._append(tokens, outs["ctx_kv"][0], ptr)
+        if self._hist_len is not None:
+            self._push_history(feats, emb)
+        self._n += len(tokens)
+
+    def _grow(self, need: int) -> None:
+        cap = max(2 * self._cap, need)
+        extra = cap - self._cap
+        self._kv = np.pad(self._kv, ((0, 0), (0, 0), (0, extra), (0, 0)))
+        self._ptr = np.pad(self._ptr, ((0, extra), (0, 0)))
+        self._next = np.pad(self._next, (0, extra))
+        self._cap = cap
+
+    def _append(self, tokens: list[int], kv: np.ndarray, ptr: np.ndarray | None) -> None:
+        """Add n entries (kv (layers, 2, n, d), ptr (n, P)), oldest dropped past the window."""
+        n = len(tokens)
+        if self._len:
+            self._next[self._len - 1] = tokens[0]
+        if self.cfg.attention == "full" and self._len + n > self._cap:
+            self._grow(self._len + n)
+        if n > self._cap:  # a chunk longer than the window keeps its newest entries
+            kv, tokens = kv[:, :, -self._cap :], tokens[-self._cap :]
+            ptr = None if ptr is None else ptr[-self._cap :]
+            n = self._cap
+        drop = max(0, self._len + n - self._cap)
+        if drop:  # slide the window (W entries: a cheap copy)
+            keep = self._len - drop
+            self._kv[:, :, :keep] = self._kv[:, :, drop : self._len]
+            self._ptr[:keep] = self._ptr[drop : self._len]
+            self._next[:keep] = self._next[drop : self._len]
+            self._len = keep
+        s = self._len
+        self._kv[:, :, s : s + n] = kv
+        if ptr is not None:
+            self._ptr[s : s + n] = ptr
+        self._next[s : s + n - 1] = tokens[1:]
+        self._len = s + n
+
+    def _push_history(self, feats: np.ndarray, emb: np.ndarray) -> None:
+        # "last L" memories see only the last L features: keep them, rebuild lazily
+        hist = self._hist_len
+        if hist == 1:
+            self._hist_feat[:] = feats[-1:]
+            self._hist_emb[:] = emb[-1:]
+            self._hist_n = 1
+        else:
+            both = np.concatenate([self._hist_feat[: self._hist_n], feats])[-hist:]
+            both_e = np.concatenate([self._hist_emb[: self._hist_n], emb])[-hist:]
+            self._hist_n = len(both)
+            self._hist_feat[: self._hist_n] = both
+            self._hist_emb[: self._hist_n] = both_e
+        self._state_dirty = True
+
+    def _rebuild_state(self) -> None:
+        state = np.zeros_like(self._state)
+        n = self._hist_n
+        pos0 = self._n - n
+        chunk = self._chunk
+        for i in range(0, n, chunk):
+            outs = self._run_observe(
+                self._hist_feat[i : min(n, i + chunk)],
+                self._hist_emb[i : min(n, i + chunk)],
+                pos0 + i,
+                state,
+            )
+            state = outs["state_out"]
+        self._state = state
+        self._state_dirty = False
+
+    def propose(self, anchor: int, max_tokens: int) -> Draft:
+        if max_tokens <= 0:
+            return Draft.empty()
+        vocab_lp, copy_lp, copy_ids = self.propose_raw(anchor)
+        n = min(max_tokens, self._n_slots)  # the block always runs whole; mix what is asked
+        if copy_lp is not None:
+            copy_lp, copy_ids = copy_lp[:n], copy_ids[:n]
+        logits = self.mix_logits(vocab_lp[:n], copy_lp, copy_ids)
+        tokens = np.argmax(logits, axis=1).astype(np.int32)
+        return Draft(tokens=tokens, logits=logits, bucket="hyflash")
+
+    def propose_raw(self, anchor: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """One propose-graph call: draft-vocab log-probs (B-1, V_draft) and, with the copy
+        path, copy log-probs (B-1, entries + 1) with their target ids."""
+        cfg = self.cfg
+        if self._state_dirty:
+            self._rebuild_state()
+        n_slots = self._n_slots
+        length = self._len if cfg.attention == "full" else self._cap
+        length = max(length, 1)  # an empty context still feeds one (masked) entry
+        valid = np.zeros((1, length), dtype=np.float32)
+        valid[0, : self._len] = 1.0
+        feeds = {
+            "anchor_emb": self.embed([anchor])[None],
+            "pos": np.array([self._n], dtype=np.int64),
+            "ctx_kv": self._kv[None, :, :, :length],
+            "ctx_valid": valid,
+        }
+        if self._state is not None:
+            feeds["state"] = self._state
+        cand_ids = None
+        if cfg.copy:
+            cand_ids, match = self.ngram.lookup(anchor, n_slots)
+            feeds["cand_emb"] = self.embed(cand_ids)[None]
+            feeds["cand_match"] = match[None]
+            feeds["ctx_ptr"] = self._ptr[None, :length]
+        outs = self._propose.run(
+            None, {k: v for k, v in feeds.items() if k in self._propose_inputs}
+        )
+        vocab_lp = outs[0][0]
+        if not cfg.copy:
+            return vocab_lp, None, None
+        copy_lp = outs[1][0]  # (B-1, length + 1)
+        nxt = self._next[:length].copy()
+        if self._len:
+            nxt[self._len - 1] = anchor  # the newest entry was followed by the anchor
+        copy_ids = np.empty((n_slots, length + 1), dtype=np.int64)
+        copy_ids[:, :length] = nxt[None]
+        copy_ids[:, length] = cand_ids
+        return vocab_lp, copy_lp, copy_ids
+
+    def mix_logits(
+        self, vocab_lp: np.ndarray, copy_lp: np.ndarray | None, copy_ids: np.ndarray | None
+    ) -> np.ndarray:
+        """(B-1, target vocab) log-probabilities of the gated mixture; -inf off its support."""
+        rows = vocab_lp.shape[0]
+        vocab = self.cfg.vocab_size
+        out = np.full((rows, vocab), -np.inf, dtype=np.float32)
+        out[:, self.draft_ids] = vocab_lp
+        if copy_lp is None:
+            return out
+        flat = (np.arange(rows)[:, None] * vocab + copy_ids).ravel()
+        mass = np.exp(copy_lp.astype(np.float64)).ravel()
+        uniq, inv = np.unique(flat, return_inverse=True)
+        extra = np.bincount(inv, weights=mass)
+        live = extra > 0
+        uniq, extra = uniq[live], extra[live]
+        view = out.reshape(-1)
+        base = np.exp(view[uniq].astype(np.float64))
+        with np.errstate(divide="ignore"):
+            view[uniq] = np.log(base + extra).astype(np.float32)
+        return out
+
+    def memory_bytes(self) -> int:
+        """Window (K/V, pointer keys, token ids) + recurrent state (+ the "last L" inputs)."""
+        return int(draft_memory_bytes(self.cfg, self._n if self.cfg.attention == "full" else 0))
+
+    def memory_breakdown(self) -> dict[str, int]:
+        held = self._len if self.cfg.attention == "full" else self._cap
+        per = self._kv[:, :, :1].nbytes + self._ptr[:1].nbytes + 16
+        return {
+            "window": held * per,
+            "state": 0 if self._state is None else int(self._state.nbytes),
+            "history_inputs": int(self._hist_feat.nbytes + self._hist_emb.nbytes),
+            "ngram_index": self.ngram.nbytes(),
+            "embedding_cache": self.embed.cached_bytes(),
+        }
