@@ -161,12 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.bench.speed import add_bench_parser
     from engine.doctor import add_doctor_parser
     from engine.downloads import add_download_parser
-    from engine.hyflash.commands import add_data_parser
+    from engine.hyflash.commands import add_data_parser, add_train_parsers
 
     add_bench_parser(sub)
     add_doctor_parser(sub)
     add_download_parser(sub)
     add_data_parser(sub)
+    add_train_parsers(sub)
     return parser
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +40,29 @@ class EngineInfo:
     kv_bytes_per_token: int
 
 
+def hyflash_drafter_dir(model_id: str) -> Path:
+    """The folder of the HyFlash drafter shipped for a catalog model, or a clear error."""
+    entry = load_catalog().get(model_id)
+    if entry is None or not entry.drafter:
+        raise DrafterMismatchError(f"No HyFlash drafter exists for the model '{model_id}'.")
+    folder = resources_dir() / "drafters" / entry.drafter
+    if not (folder / "card.json").exists():
+        raise DrafterMismatchError(
+            f"The HyFlash drafter '{entry.drafter}' for '{model_id}' is not installed. "
+            "Choose the n-gram drafter or none."
+        )
+    return folder
+
+
+def hyflash_status(model_id: str) -> tuple[bool, str]:
+    """(available, why not) for the shipped HyFlash drafter of a model, without loading it."""
+    try:
+        hyflash_drafter_dir(model_id)
+    except DrafterMismatchError as exc:
+        return False, str(exc)
+    return True, ""
+
+
 def make_drafter(
     spec: str, model_id: str, target: LlamaTarget, backend: BackendChoice | None = None
 ) -> Drafter:
@@ -48,16 +71,7 @@ def make_drafter(
         return NoDrafter()
     if spec == "ngram":
         return NgramDrafter()
-    if spec == "hyflash":
-        entry = load_catalog().get(model_id)
-        drafter_dir = resources_dir() / "drafters" / (entry.drafter or "") if entry else None
-        if drafter_dir is None or not (drafter_dir / "card.json").exists():
-            raise DrafterMismatchError(
-                f"No HyFlash drafter is installed for the model '{model_id}'. "
-                "Choose the n-gram drafter or none."
-            )
-        spec = str(drafter_dir)
-    path = Path(spec)
+    path = hyflash_drafter_dir(model_id) if spec == "hyflash" else Path(spec)
     if not path.exists():
         raise DrafterMismatchError(
             f"Unknown drafter '{spec}': use one of {', '.join(DRAFTER_CHOICES)} or a drafter folder"
@@ -79,9 +93,16 @@ class Engine:
         backend: str | None = None,
         max_block: int = 16,
         profile: bool = True,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
+        """Load the target (and time this machine's verify cost unless profile=False); a
+        drafter that does not fit the target raises DrafterMismatchError, nothing stays loaded.
+        `progress` receives short status lines while loading."""
+        report = progress or (lambda message: None)
+        report("finding the model")
         self.model_id, self.model_path = resolve_target(model)
         self.backend = choose(probe(), backend, model_bytes=self.model_path.stat().st_size)
+        report(f"loading {self.model_path.name} ({self.backend.name})")
         self.target = LlamaTarget(
             self.model_path,
             n_ctx=n_ctx,
@@ -93,10 +114,17 @@ class Engine:
             t.chat_template(), t.token_text(t.bos_token), t.token_text(t.eos_token)
         )
         self.max_block = min(max_block, MAX_BLOCK_SIZE)
+        if profile:
+            report("timing this machine's verify cost")
         self.cost = CostModel(profile_costs(self._timed_decode)) if profile else None
         self.drafter: Drafter = NoDrafter()
         self.chooser: BlockSizeChooser | None = None
-        self.set_drafter(drafter)
+        report(f"loading the {drafter} drafter")
+        try:
+            self.set_drafter(drafter)
+        except BaseException:
+            self.target.close()
+            raise
         self._lock = threading.Lock()
 
     # ----- configuration --------------------------------------------------------------------

@@ -1,0 +1,271 @@
+"""Model manager: the catalog with installed/available state, downloads with progress and
+cancel (on their own worker thread), delete, and "use this model"."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.format import fmt_mb
+from engine.events import EngineError
+from engine.models import CatalogEntry, load_catalog, resolve_target
+
+PROGRESS_INTERVAL_S = 0.1
+
+
+def is_available(entry: CatalogEntry) -> bool:
+    """Installed (Hub: downloaded and verified; PyPI: the package is present)."""
+    if entry.source.get("kind") == "hub":
+        from engine.downloads import is_installed
+
+        return is_installed(entry)
+    try:
+        resolve_target(entry.id)
+    except EngineError:
+        return False
+    return True
+
+
+def fmt_size(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else fmt_mb(n)
+
+
+class DownloadWorker(QObject):
+    progress = Signal(str, int, int)  # id, bytes done, total (0 = unknown)
+    done = Signal(str, str)  # id, path
+    failed = Signal(str, str, bool)  # id, message, cancelled
+
+    @Slot(object, object)
+    def download(self, entry: CatalogEntry, cancel: threading.Event) -> None:
+        from engine.downloads import DownloadCancelled, download_model
+
+        last = 0.0
+
+        def report(done: int, total: int | None) -> None:
+            nonlocal last
+            now = time.monotonic()
+            if now - last >= PROGRESS_INTERVAL_S or (total and done >= total):
+                last = now
+                self.progress.emit(entry.id, done, total or 0)
+
+        try:
+            path = download_model(entry, progress=report, cancel=cancel)
+        except DownloadCancelled as exc:
+            self.failed.emit(entry.id, str(exc), True)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the row
+            text = str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
+            self.failed.emit(entry.id, text, False)
+        else:
+            self.done.emit(entry.id, str(path))
+
+
+class _Row:
+    def __init__(self, entry: CatalogEntry) -> None:
+        self.entry = entry
+        self.status = QTableWidgetItem()
+        self.actions = QWidget()
+        layout = QHBoxLayout(self.actions)
+        layout.setContentsMargins(4, 2, 4, 2)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setTextVisible(False)
+        self.progress.setFixedWidth(90)
+        self.download = QPushButton("Download")
+        self.cancel = QPushButton("Cancel")
+        self.delete = QPushButton("Delete")
+        self.use = QPushButton("Use this model")
+        for w in (self.progress, self.download, self.cancel, self.delete, self.use):
+            layout.addWidget(w)
+        layout.addStretch(1)
+        self.cancel_event: threading.Event | None = None
+        self.name: QTableWidgetItem | None = None
+
+
+class ModelManager(QDialog):
+    modelChosen = Signal(str)
+    requestDownload = Signal(object, object)
+
+    def __init__(
+        self, current_model: str | None, ram_bytes: int | None = None, parent=None
+    ) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Models")
+        self.resize(980, 380)
+        self.current = current_model
+        self.ram_bytes = ram_bytes
+        col = QVBoxLayout(self)
+        intro = QLabel(
+            "The embedded model ships with the app. Others download once from the Hugging "
+            "Face Hub (resumable, checksum-verified) and then run offline."
+        )
+        intro.setWordWrap(True)
+        intro.setObjectName("Muted")
+        col.addWidget(intro)
+        self.table = QTableWidget(0, 6)
+        self.table.setHorizontalHeaderLabels(
+            ["Model", "Size", "RAM needed", "Context", "Status", ""]
+        )
+        self.table.verticalHeader().setVisible(False)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.table.setShowGrid(False)
+        self.table.setAlternatingRowColors(True)
+        self.table.verticalHeader().setDefaultSectionSize(38)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for i in range(1, 6):
+            header.setSectionResizeMode(i, QHeaderView.ResizeMode.ResizeToContents)
+        col.addWidget(self.table, 1)
+        self.message = QLabel()
+        self.message.setWordWrap(True)
+        col.addWidget(self.message)
+
+        self.rows: dict[str, _Row] = {}
+        for entry in load_catalog().values():
+            self._add_row(entry)
+        self.refresh()
+
+        self.thread = QThread()
+        self.worker = DownloadWorker()
+        self.worker.moveToThread(self.thread)
+        self.requestDownload.connect(self.worker.download)
+        self.worker.progress.connect(self._on_progress)
+        self.worker.done.connect(self._on_done)
+        self.worker.failed.connect(self._on_failed)
+        self.thread.start()
+
+    def _add_row(self, entry: CatalogEntry) -> None:
+        row = _Row(entry)
+        r = self.table.rowCount()
+        self.table.insertRow(r)
+        name = QTableWidgetItem(entry.name)
+        row.name = name
+        name.setToolTip(f"{entry.id} · license {entry.license or '?'}")
+        ram = QTableWidgetItem(f"{entry.ram_gb:.1f} GB" if entry.ram_gb else "?")
+        if self.ram_bytes and entry.ram_gb * 1e9 > self.ram_bytes:
+            ram.setForeground(Qt.GlobalColor.red)
+            ram.setToolTip("More than this computer's memory")
+        ctx = QTableWidgetItem(f"{entry.context_length // 1024}K" if entry.context_length else "?")
+        for c, item in enumerate(
+            (name, QTableWidgetItem(fmt_size(entry.size_bytes)), ram, ctx, row.status)
+        ):
+            self.table.setItem(r, c, item)
+        self.table.setCellWidget(r, 5, row.actions)
+        row.download.clicked.connect(lambda: self.start_download(entry.id))
+        row.cancel.clicked.connect(lambda: self.cancel_download(entry.id))
+        row.delete.clicked.connect(lambda: self.delete(entry.id))
+        row.use.clicked.connect(lambda: self.use(entry.id))
+        self.rows[entry.id] = row
+
+    def status_of(self, model_id: str) -> str:
+        return self.rows[model_id].status.text()
+
+    def refresh(self) -> None:
+        for model_id, row in self.rows.items():
+            hub = row.entry.source.get("kind") == "hub"
+            busy = row.cancel_event is not None
+            installed = is_available(row.entry)
+            in_use = model_id == self.current
+            if busy:
+                status = row.status.text() or "Downloading…"
+            elif in_use:
+                status = "In use"
+            elif installed:
+                status = "Installed" if hub else "Bundled"
+            else:
+                status = "Available" if hub else "Not installed"
+            row.status.setText(status)
+            font = row.name.font()
+            font.setBold(in_use)
+            row.name.setFont(font)
+            row.progress.setVisible(busy)
+            row.download.setVisible(hub and not installed and not busy)
+            row.cancel.setVisible(busy)
+            row.delete.setVisible(hub and installed and not busy)
+            row.delete.setEnabled(not in_use)
+            row.delete.setToolTip("The model in use cannot be deleted" if in_use else "")
+            row.use.setVisible(installed and not in_use and not busy)
+
+    # ----- actions ----------------------------------------------------------------------------
+
+    def start_download(self, model_id: str) -> None:
+        row = self.rows[model_id]
+        row.cancel_event = threading.Event()
+        row.progress.setValue(0)
+        row.status.setText("Queued…")
+        self.message.setText("")
+        self.refresh()
+        self.requestDownload.emit(row.entry, row.cancel_event)
+
+    def cancel_download(self, model_id: str) -> None:
+        row = self.rows[model_id]
+        if row.cancel_event is not None:
+            row.cancel_event.set()
+            row.status.setText("Cancelling…")
+
+    def delete(self, model_id: str) -> None:
+        from engine.downloads import delete_model
+
+        row = self.rows[model_id]
+        if model_id == self.current:
+            return
+        freed = delete_model(row.entry)
+        self.message.setText(f"Deleted {row.entry.name}: {fmt_size(freed)} freed.")
+        self.refresh()
+
+    def use(self, model_id: str) -> None:
+        self.current = model_id
+        self.refresh()
+        self.modelChosen.emit(model_id)
+
+    # ----- worker signals ---------------------------------------------------------------------
+
+    def _on_progress(self, model_id: str, done: int, total: int) -> None:
+        row = self.rows[model_id]
+        if total:
+            row.progress.setValue(int(1000 * done / total))
+            row.status.setText(f"{fmt_size(done)} of {fmt_size(total)}")
+        else:
+            row.status.setText(f"{fmt_size(done)}")
+
+    def _on_done(self, model_id: str, _path: str) -> None:
+        row = self.rows[model_id]
+        row.cancel_event = None
+        self.message.setText(f"{row.entry.name} is ready to use.")
+        self.refresh()
+
+    def _on_failed(self, model_id: str, message: str, cancelled: bool) -> None:
+        row = self.rows[model_id]
+        row.cancel_event = None
+        row.status.setText("")
+        self.message.setText(message)
+        self.refresh()
+        if cancelled:
+            row.status.setText("Cancelled")
+
+    def shutdown(self) -> None:
+        for row in self.rows.values():
+            if row.cancel_event is not None:
+                row.cancel_event.set()
+        self.thread.quit()
+        self.thread.wait(10000)
+
+    def done(self, result: int) -> None:  # closing the window stops the download thread
+        self.shutdown()
+        super().done(result)

@@ -1,0 +1,138 @@
+"""App settings: one JSON file under the user config dir, validated field by field.
+
+A file that is not valid JSON is moved aside (renamed with a timestamp) and defaults are used;
+a field with a bad value falls back to its default alone. Either way the caller gets a message
+to show, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+from app.paths import config_dir, move_aside
+from engine.events import GenerationSettings
+
+SETTINGS_FILE = "settings.json"
+MAX_UI_BLOCK = 16  # the dialog offers auto, 1 (off) and 2..16
+DRAFTERS = ("hyflash", "ngram", "none")
+DRAFTER_LABELS = {"hyflash": "HyFlash (learned)", "ngram": "N-gram lookup", "none": "None"}
+BACKENDS = ("auto", "cpu", "cuda", "metal", "qnn")
+THEMES = ("system", "light", "dark")
+# Changing one of these rebuilds the llama.cpp context, so the model is reloaded.
+RELOAD_FIELDS = ("model", "n_ctx", "n_threads", "backend")
+
+
+def auto_threads() -> int:
+    """Threads for 'auto': every core but one, so the UI thread always has a core of its own
+    (llama.cpp's threads spin, and a starved UI thread stutters)."""
+    cores = os.cpu_count() or 2
+    return max(1, min(cores - 1, 8))
+
+
+@dataclass
+class AppSettings:
+    block_size: str | int = "auto"  # "auto" or 1..16 (1 = speculation off)
+    drafter: str = "ngram"
+    temperature: float = 0.2
+    top_p: float = 0.9
+    max_tokens: int = 512
+    n_ctx: int = 4096
+    n_threads: int = 0  # 0 = auto_threads()
+    backend: str = "auto"
+    model: str | None = None  # catalog id or .gguf path; None = the embedded default
+    theme: str = "system"
+    font_size: int = 10
+    tint_drafted: bool = True
+    show_stats: bool = True
+
+    def generation_settings(self) -> GenerationSettings:
+        return GenerationSettings(
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            block_size=self.block_size,
+        )
+
+    def threads(self) -> int:
+        return self.n_threads or auto_threads()
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _valid(name: str, value: object) -> bool:
+    """Whether `value` is acceptable for the field `name` (types and ranges)."""
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    is_num = is_int or isinstance(value, float)
+    checks = {
+        "block_size": value == "auto" or (is_int and 1 <= value <= MAX_UI_BLOCK),
+        "drafter": value in DRAFTERS,
+        "temperature": is_num and 0.0 <= value <= 2.0,
+        "top_p": is_num and 0.0 < value <= 1.0,
+        "max_tokens": is_int and 1 <= value <= 32768,
+        "n_ctx": is_int and 256 <= value <= 131072,
+        "n_threads": is_int and 0 <= value <= 256,
+        "backend": value in BACKENDS,
+        "model": value is None or (isinstance(value, str) and bool(value.strip())),
+        "theme": value in THEMES,
+        "font_size": is_int and 7 <= value <= 24,
+        "tint_drafted": isinstance(value, bool),
+        "show_stats": isinstance(value, bool),
+    }
+    return checks.get(name, False)
+
+
+def settings_from_dict(data: dict) -> tuple[AppSettings, list[str]]:
+    """Settings from a dict; returns (settings, names of fields that had bad values)."""
+    defaults = AppSettings()
+    values, bad = {}, []
+    for f in fields(AppSettings):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        if _valid(f.name, value):
+            values[f.name] = float(value) if f.name in ("temperature", "top_p") else value
+        else:
+            bad.append(f.name)
+    return replace(defaults, **values), bad
+
+
+def needs_reload(old: AppSettings, new: AppSettings) -> list[str]:
+    return [name for name in RELOAD_FIELDS if getattr(old, name) != getattr(new, name)]
+
+
+class SettingsStore:
+    def __init__(self, directory: Path | None = None) -> None:
+        self.path = (directory or config_dir()) / SETTINGS_FILE
+
+    def load(self) -> tuple[AppSettings, str | None]:
+        """(settings, a message for the user or None)."""
+        if not self.path.exists():
+            return AppSettings(), None
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise ValueError("the top level is not an object")
+        except (OSError, ValueError) as exc:
+            try:
+                moved = move_aside(self.path)
+                where = f"It was moved to {moved.name}"
+            except OSError as move_exc:
+                where = f"It could not be moved aside ({move_exc})"
+            return AppSettings(), (
+                f"The settings file was damaged ({type(exc).__name__}: {exc}). {where} "
+                "and the default settings are used."
+            )
+        settings, bad = settings_from_dict(data)
+        if bad:
+            return settings, f"Some settings had invalid values and were reset: {', '.join(bad)}."
+        return settings, None
+
+    def save(self, settings: AppSettings) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(settings.to_dict(), indent=2), encoding="utf-8")
+        os.replace(tmp, self.path)  # atomic: a crash never leaves a half-written file

@@ -1,0 +1,200 @@
+"""Settings dialog. Generation settings apply to the next answer; the drafter switches
+without a reload; context length, threads and backend reload the model (it says so)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QStandardItemModel
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QLabel,
+    QSpinBox,
+    QVBoxLayout,
+)
+
+from app.settings import (
+    BACKENDS,
+    DRAFTER_LABELS,
+    DRAFTERS,
+    MAX_UI_BLOCK,
+    THEMES,
+    AppSettings,
+    auto_threads,
+    needs_reload,
+)
+
+BACKEND_LABELS = {"auto": "Auto", "cpu": "CPU", "cuda": "CUDA", "metal": "Metal", "qnn": "QNN"}
+RELOAD_LABELS = {
+    "n_ctx": "context length",
+    "n_threads": "CPU threads",
+    "backend": "backend",
+    "model": "model",
+}
+
+
+def _combo(items: list[tuple[str, object]]) -> QComboBox:
+    combo = QComboBox()
+    for label, value in items:
+        combo.addItem(label, value)
+    return combo
+
+
+def _select(combo: QComboBox, value: object) -> None:
+    index = combo.findData(value)
+    combo.setCurrentIndex(max(index, 0))
+
+
+def _disable_item(combo: QComboBox, index: int, tip: str) -> None:
+    model = combo.model()
+    if isinstance(model, QStandardItemModel):
+        item = model.item(index)
+        item.setEnabled(False)
+        item.setToolTip(tip)
+
+
+class SettingsDialog(QDialog):
+    def __init__(
+        self,
+        settings: AppSettings,
+        hyflash: tuple[bool, str],
+        backends: dict[str, tuple[bool, str]],
+        parent=None,
+    ) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Settings")
+        self.setMinimumWidth(460)
+        self.original = settings
+        col = QVBoxLayout(self)
+        col.setSpacing(10)
+
+        gen = QGroupBox("Answers (apply to the next answer)")
+        form = QFormLayout(gen)
+        self.block = _combo(
+            [("Auto (chosen per step)", "auto"), ("1 (speculation off)", 1)]
+            + [(str(n), n) for n in range(2, MAX_UI_BLOCK + 1)]
+        )
+        self.block.setToolTip("Tokens the model verifies per step: drafts + 1")
+        form.addRow("Draft block size", self.block)
+        self.drafter = _combo([(DRAFTER_LABELS[d], d) for d in DRAFTERS])
+        ok, why = hyflash
+        if not ok:
+            _disable_item(self.drafter, DRAFTERS.index("hyflash"), why)
+            self.drafter.setItemText(DRAFTERS.index("hyflash"), "HyFlash (not installed)")
+        self.drafter.setToolTip("Switching drafters does not reload the model")
+        form.addRow("Drafter", self.drafter)
+        self.temperature = QDoubleSpinBox()
+        self.temperature.setRange(0.0, 2.0)
+        self.temperature.setSingleStep(0.1)
+        self.temperature.setDecimals(2)
+        self.temperature.setToolTip("0 = greedy (always the most likely token)")
+        form.addRow("Temperature", self.temperature)
+        self.top_p = QDoubleSpinBox()
+        self.top_p.setRange(0.01, 1.0)
+        self.top_p.setSingleStep(0.05)
+        self.top_p.setDecimals(2)
+        form.addRow("Top-p", self.top_p)
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(1, 32768)
+        self.max_tokens.setSingleStep(64)
+        form.addRow("Max tokens per answer", self.max_tokens)
+        col.addWidget(gen)
+
+        runtime = QGroupBox("Model runtime (changes reload the model)")
+        form = QFormLayout(runtime)
+        self.n_ctx = QSpinBox()
+        self.n_ctx.setRange(256, 131072)
+        self.n_ctx.setSingleStep(1024)
+        form.addRow("Context length (tokens)", self.n_ctx)
+        self.threads = QSpinBox()
+        self.threads.setRange(0, 256)
+        self.threads.setSpecialValueText(f"Auto ({auto_threads()})")
+        form.addRow("CPU threads", self.threads)
+        self.backend = _combo([(BACKEND_LABELS[b], b) for b in BACKENDS])
+        for i, name in enumerate(BACKENDS):
+            available, reason = backends.get(name, (name in ("auto", "cpu"), ""))
+            if available:
+                self.backend.setItemData(i, reason, Qt.ItemDataRole.ToolTipRole)
+            else:
+                _disable_item(self.backend, i, reason)
+        form.addRow("Backend", self.backend)
+        col.addWidget(runtime)
+
+        look = QGroupBox("Appearance")
+        form = QFormLayout(look)
+        self.theme = _combo([(t.capitalize(), t) for t in THEMES])
+        form.addRow("Theme", self.theme)
+        self.font_size = QSpinBox()
+        self.font_size.setRange(7, 24)
+        self.font_size.setSuffix(" pt")
+        form.addRow("Font size", self.font_size)
+        self.tint = QCheckBox("Tint accepted draft tokens in answers")
+        form.addRow("", self.tint)
+        col.addWidget(look)
+
+        self.reload_note = QLabel()
+        self.reload_note.setObjectName("Muted")
+        self.reload_note.setWordWrap(True)
+        col.addWidget(self.reload_note)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        self.ok_button = buttons.button(QDialogButtonBox.StandardButton.Ok)
+        col.addWidget(buttons)
+
+        self._load(settings)
+        for w in (self.n_ctx, self.threads):
+            w.valueChanged.connect(self._update_note)
+        self.backend.currentIndexChanged.connect(self._update_note)
+        self._update_note()
+
+    def _load(self, s: AppSettings) -> None:
+        _select(self.block, s.block_size)
+        _select(self.drafter, s.drafter)
+        self.temperature.setValue(s.temperature)
+        self.top_p.setValue(s.top_p)
+        self.max_tokens.setValue(s.max_tokens)
+        self.n_ctx.setValue(s.n_ctx)
+        self.threads.setValue(s.n_threads)
+        _select(self.backend, s.backend)
+        _select(self.theme, s.theme)
+        self.font_size.setValue(s.font_size)
+        self.tint.setChecked(s.tint_drafted)
+
+    def set_block_size(self, value: str | int) -> None:
+        _select(self.block, value)
+
+    def values(self) -> AppSettings:
+        return replace(
+            self.original,
+            block_size=self.block.currentData(),
+            drafter=self.drafter.currentData(),
+            temperature=round(self.temperature.value(), 2),
+            top_p=round(self.top_p.value(), 2),
+            max_tokens=self.max_tokens.value(),
+            n_ctx=self.n_ctx.value(),
+            n_threads=self.threads.value(),
+            backend=self.backend.currentData(),
+            theme=self.theme.currentData(),
+            font_size=self.font_size.value(),
+            tint_drafted=self.tint.isChecked(),
+        )
+
+    def _update_note(self) -> None:
+        changed = needs_reload(self.original, self.values())
+        if changed:
+            names = ", ".join(RELOAD_LABELS[c] for c in changed)
+            self.reload_note.setText(f"Changing {names} reloads the model when you press OK.")
+        else:
+            self.reload_note.setText(
+                "Block size, drafter and sampling apply to the next answer without a reload."
+            )

@@ -1,0 +1,229 @@
+"""Conversations and messages in SQLite (WAL) under the user data dir.
+
+Every write commits at once (autocommit), so a finished or stopped answer is on disk the
+moment it is saved. A database that cannot be opened or fails its integrity check is moved
+aside with a timestamp and a fresh one is started; `recovery_message` says so.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.paths import data_dir, move_aside
+
+DB_FILE = "chats.sqlite3"
+SCHEMA_VERSION = 1
+DEFAULT_TITLE = "New chat"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    title TEXT NOT NULL,
+    system_prompt TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+    content TEXT NOT NULL,
+    stats_json TEXT,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation_id, id);
+"""
+
+
+class StorageError(Exception):
+    """A database problem, with a message meant for the user."""
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: int
+    title: str
+    system_prompt: str
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class Message:
+    id: int
+    conversation_id: int
+    role: str
+    content: str
+    stats: dict | None
+    created_at: float
+
+
+class Storage:
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or data_dir() / DB_FILE
+        self.recovery_message: str | None = None
+        self._conn: sqlite3.Connection | None = None
+        try:
+            self._conn = self._open()
+        except sqlite3.DatabaseError as exc:
+            self._recover(exc)
+
+    # ----- opening and recovery ---------------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise sqlite3.DatabaseError(f"could not switch to WAL mode (got {mode})")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across app crashes
+            check = conn.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise sqlite3.DatabaseError(f"integrity check failed: {check}")
+            conn.executescript(_SCHEMA)
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except sqlite3.DatabaseError:
+            conn.close()
+            raise
+        return conn
+
+    def _recover(self, exc: Exception) -> None:
+        """Move the damaged file (and its WAL/SHM companions) aside and start a fresh one."""
+        moved = None
+        try:
+            if self.path.exists():
+                moved = move_aside(self.path)
+            for suffix in ("-wal", "-shm"):
+                side = self.path.with_name(self.path.name + suffix)
+                if side.exists() and moved is not None:
+                    side.replace(moved.with_name(moved.name + suffix))
+        except OSError as move_exc:
+            raise StorageError(
+                f"The chat database is damaged and cannot be moved: {move_exc}"
+            ) from exc
+        self._conn = self._open()
+        where = f"It was moved to {moved.name}" if moved else "It was removed"
+        self.recovery_message = (
+            f"The chat database was damaged ({exc}). {where}, and a new, empty one was started."
+        )
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StorageError("The chat database is closed.")
+        return self._conn
+
+    def journal_mode(self) -> str:
+        return str(self.conn.execute("PRAGMA journal_mode").fetchone()[0])
+
+    def _run(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+        try:
+            return self.conn.execute(sql, args)
+        except sqlite3.Error as exc:
+            raise StorageError(f"Saving or reading chats failed: {exc}") from exc
+
+    # ----- conversations ----------------------------------------------------------------------
+
+    def create_conversation(self, title: str = DEFAULT_TITLE, system_prompt: str = "") -> int:
+        now = time.time()
+        cur = self._run(
+            "INSERT INTO conversations (title, system_prompt, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?)",
+            (title, system_prompt, now, now),
+        )
+        return int(cur.lastrowid)
+
+    def conversation(self, conv_id: int) -> Conversation | None:
+        row = self._run(
+            "SELECT id, title, system_prompt, created_at, updated_at FROM conversations "
+            "WHERE id = ?",
+            (conv_id,),
+        ).fetchone()
+        return Conversation(*row) if row else None
+
+    def list_conversations(self, search: str = "") -> list[Conversation]:
+        """Newest first; `search` matches titles and message text (case-insensitive)."""
+        sql = "SELECT id, title, system_prompt, created_at, updated_at FROM conversations"
+        args: tuple = ()
+        if search.strip():
+            like = "%" + search.strip().replace("\\", "\\\\").replace("%", "\\%") + "%"
+            like = like.replace("_", "\\_")
+            sql += (
+                " WHERE title LIKE ? ESCAPE '\\' OR id IN (SELECT conversation_id FROM messages"
+                " WHERE content LIKE ? ESCAPE '\\')"
+            )
+            args = (like, like)
+        sql += " ORDER BY updated_at DESC, id DESC"
+        return [Conversation(*row) for row in self._run(sql, args).fetchall()]
+
+    def rename_conversation(self, conv_id: int, title: str) -> None:
+        self._run("UPDATE conversations SET title = ? WHERE id = ?", (title.strip(), conv_id))
+
+    def set_system_prompt(self, conv_id: int, prompt: str) -> None:
+        self._run("UPDATE conversations SET system_prompt = ? WHERE id = ?", (prompt, conv_id))
+
+    def delete_conversation(self, conv_id: int) -> None:
+        self._run("DELETE FROM conversations WHERE id = ?", (conv_id,))
+
+    def _touch(self, conv_id: int) -> None:
+        self._run("UPDATE conversations SET updated_at = ? WHERE id = ?", (time.time(), conv_id))
+
+    # ----- messages ---------------------------------------------------------------------------
+
+    def add_message(self, conv_id: int, role: str, content: str, stats: dict | None = None) -> int:
+        cur = self._run(
+            "INSERT INTO messages (conversation_id, role, content, stats_json, created_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (conv_id, role, content, json.dumps(stats) if stats else None, time.time()),
+        )
+        self._touch(conv_id)
+        return int(cur.lastrowid)
+
+    def messages(self, conv_id: int) -> list[Message]:
+        rows = self._run(
+            "SELECT id, conversation_id, role, content, stats_json, created_at FROM messages "
+            "WHERE conversation_id = ? ORDER BY id",
+            (conv_id,),
+        ).fetchall()
+        return [Message(r[0], r[1], r[2], r[3], _stats(r[4]), r[5]) for r in rows]
+
+    def message(self, message_id: int) -> Message | None:
+        row = self._run(
+            "SELECT id, conversation_id, role, content, stats_json, created_at FROM messages "
+            "WHERE id = ?",
+            (message_id,),
+        ).fetchone()
+        return Message(row[0], row[1], row[2], row[3], _stats(row[4]), row[5]) if row else None
+
+    def update_message(self, message_id: int, content: str) -> None:
+        self._run("UPDATE messages SET content = ? WHERE id = ?", (content, message_id))
+
+    def delete_message(self, message_id: int) -> None:
+        self._run("DELETE FROM messages WHERE id = ?", (message_id,))
+
+    def delete_messages_after(self, conv_id: int, message_id: int) -> None:
+        """Drop every message that came after `message_id` (edit-and-resend)."""
+        self._run(
+            "DELETE FROM messages WHERE conversation_id = ? AND id > ?", (conv_id, message_id)
+        )
+
+
+def _stats(raw: str | None) -> dict | None:
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None  # a mangled stats blob must not hide the message itself
+    return value if isinstance(value, dict) else None

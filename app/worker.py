@@ -1,0 +1,272 @@
+"""The engine worker: a QObject that owns the Engine and runs on its own QThread.
+
+Everything slow (loading the model, decoding, switching drafters) happens in this object's
+slots, which Qt calls on the worker thread through queued connections; results come back as
+queued signals. The UI thread never touches the Engine. Text and stats are coalesced to at
+most ~30 updates per second so that rendering can never hold back decoding.
+
+Stopping uses the request's own threading.Event (created by the UI before the request is
+queued), so a Stop that arrives before the worker even starts the request still counts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field, replace
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from app.markdown import Run, merge_runs
+from engine.events import (
+    DrafterMismatchError,
+    EngineError,
+    ErrorEvent,
+    Finished,
+    GenerationSettings,
+    StepStats,
+    TextDelta,
+)
+
+EMIT_INTERVAL_S = 1 / 30  # at most ~30 UI updates per second
+_request_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str | None = None
+    drafter: str = "ngram"
+    n_ctx: int = 4096
+    n_threads: int | None = None
+    backend: str = "auto"
+
+
+@dataclass
+class GenerationRequest:
+    messages: list[dict]
+    settings: GenerationSettings
+    id: int = field(default_factory=lambda: next(_request_ids))
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class StatsUpdate:
+    """Steps since the last update (committed tokens and block size of each) + the latest."""
+
+    steps: list[tuple[int, int]]
+    latest: StepStats
+
+
+class EngineWorker(QObject):
+    # model state: "unloaded" | "loading" | "ready" | "failed"
+    stateChanged = Signal(str, str)  # state, human message
+    loaded = Signal(object)  # engine.engine.EngineInfo
+    loadFailed = Signal(str)
+    drafterChanged = Signal(str)  # the drafter now in use
+    drafterFailed = Signal(str)  # why the requested drafter could not be used
+    busyChanged = Signal(bool)  # a generation is running
+    textDelta = Signal(int, object)  # request id, list[Run]
+    stepStats = Signal(int, object)  # request id, StatsUpdate
+    finished = Signal(int, object)  # request id, engine.events.Finished
+    error = Signal(int, str, str)  # request id, message, kind
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.engine = None  # engine.engine.Engine, touched only on the worker thread
+        self.config: EngineConfig | None = None
+        self._current: GenerationRequest | None = None
+
+    # ----- called from the UI thread (thread-safe) --------------------------------------------
+
+    def stop(self) -> None:
+        request = self._current
+        if request is not None:
+            request.cancel.set()
+
+    # ----- slots, run on the worker thread ------------------------------------------------------
+
+    @Slot(object)
+    def load(self, config: EngineConfig) -> None:
+        from engine.engine import Engine
+
+        self._close_engine()
+        name = config.model or "the default model"
+        self.stateChanged.emit("loading", f"Loading {name} and timing this machine…")
+        try:
+            # Load with no drafter first, so a drafter that does not fit this model costs
+            # a message, not the whole load.
+            engine = Engine(
+                config.model,
+                drafter="none",
+                n_ctx=config.n_ctx,
+                n_threads=config.n_threads,
+                backend=config.backend,
+                progress=lambda step: self.stateChanged.emit("loading", step.capitalize() + "…"),
+            )
+        except Exception as exc:  # noqa: BLE001 - any load failure must leave the app usable
+            message = str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
+            self.config = None
+            self.stateChanged.emit("failed", message)
+            self.loadFailed.emit(message)
+            return
+        self.engine, self.config = engine, config
+        self._apply_drafter(config.drafter, fallback="ngram")
+        self.loaded.emit(engine.info())  # before "ready": whoever sees ready has the info
+        self.stateChanged.emit("ready", "Ready")
+
+    @Slot(str)
+    def setDrafter(self, spec: str) -> None:
+        if self.engine is None:
+            self.drafterFailed.emit("No model is loaded; the drafter applies at the next load.")
+            return
+        self._apply_drafter(spec, fallback=None)
+        self.loaded.emit(self.engine.info())
+
+    def _apply_drafter(self, spec: str, fallback: str | None) -> None:
+        try:
+            self.engine.set_drafter(spec)
+        except DrafterMismatchError as exc:
+            message = str(exc)
+            if fallback and fallback != spec:
+                self.engine.set_drafter(fallback)
+                message += f" Using the {fallback} drafter instead."
+            self.drafterFailed.emit(message)
+        except Exception as exc:  # noqa: BLE001 - a broken drafter file keeps the old drafter
+            self.drafterFailed.emit(f"The drafter '{spec}' could not be loaded: {exc}")
+        self.drafterChanged.emit(self.engine.drafter.name)
+
+    @Slot(object)
+    def generate(self, request: GenerationRequest) -> None:
+        if self.engine is None:
+            message = "No model is loaded. Choose a model (Models menu) and try again."
+            self.error.emit(request.id, message, "model")
+            return
+        self._current = request
+        self.busyChanged.emit(True)
+        try:
+            self._run(request)
+        except Exception as exc:  # noqa: BLE001 - report, never kill the worker thread
+            self.error.emit(request.id, f"Generation failed: {type(exc).__name__}: {exc}", "error")
+        finally:
+            self._current = None
+            self.busyChanged.emit(False)
+
+    def _run(self, request: GenerationRequest) -> None:
+        events = self.engine.generate(
+            request.messages, settings=request.settings, cancel=request.cancel
+        )
+        try:
+            self._consume(request, events)
+        finally:
+            events.close()  # releases the engine's generation lock at once
+
+    def _consume(self, request: GenerationRequest, events) -> None:
+        runs: list[Run] = []
+        steps: list[tuple[int, int]] = []
+        latest: StepStats | None = None
+        last_emit = 0.0
+
+        def flush() -> None:
+            nonlocal runs, steps, last_emit
+            if runs:
+                self.textDelta.emit(request.id, merge_runs(runs))
+                runs = []
+            if steps and latest is not None:
+                self.stepStats.emit(request.id, StatsUpdate(steps, latest))
+                steps = []
+            last_emit = time.monotonic()
+
+        for event in events:
+            if isinstance(event, TextDelta):
+                runs.append((event.text, event.drafted))
+            elif isinstance(event, StepStats):
+                steps.append((event.committed, event.block_size))
+                latest = event
+                if time.monotonic() - last_emit >= EMIT_INTERVAL_S:
+                    flush()
+            elif isinstance(event, Finished):
+                flush()
+                self.finished.emit(request.id, event)
+                return
+            elif isinstance(event, ErrorEvent):
+                flush()
+                self.error.emit(request.id, event.message, event.kind)
+                return
+        flush()
+        self.error.emit(request.id, "The engine ended without finishing the answer.", "error")
+
+    def _close_engine(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+
+    def info(self):
+        return self.engine.info() if self.engine is not None else None
+
+
+class EngineHost(QObject):
+    """The worker plus its thread, with queued entry points for the UI.
+
+    Signals below are connected to the worker's slots; since the worker lives on another
+    thread, Qt queues each call there and the UI returns at once."""
+
+    requestLoad = Signal(object)
+    requestGenerate = Signal(object)
+    requestDrafter = Signal(str)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.thread = QThread()
+        self.thread.setObjectName("hyflash-engine")
+        self.worker = EngineWorker()
+        self.worker.moveToThread(self.thread)
+        self.requestLoad.connect(self.worker.load)
+        self.requestGenerate.connect(self.worker.generate)
+        self.requestDrafter.connect(self.worker.setDrafter)
+        self.state = "unloaded"
+        self.state_message = "No model loaded"
+        self.config: EngineConfig | None = None  # the last configuration asked for
+        self.busy = False
+        self.info = None  # the loaded engine's EngineInfo, kept here for the UI thread
+        self.worker.loaded.connect(self._on_loaded)
+        self.worker.stateChanged.connect(self._on_state)
+        self.worker.busyChanged.connect(self._on_busy)
+        self.thread.start()
+
+    def _on_state(self, state: str, message: str) -> None:
+        self.state, self.state_message = state, message
+        if state != "ready":
+            self.info = None
+
+    def _on_loaded(self, info) -> None:
+        self.info = info
+
+    def _on_busy(self, busy: bool) -> None:
+        self.busy = busy
+
+    def load(self, config: EngineConfig) -> None:
+        self.state = "loading"  # at once, so the UI does not see a stale "ready"
+        self.state_message = "Loading the model…"
+        self.info = None
+        self.config = config
+        self.requestLoad.emit(config)
+
+    def generate(self, request: GenerationRequest) -> None:
+        self.requestGenerate.emit(request)
+
+    def set_drafter(self, spec: str) -> None:
+        if self.config is not None:
+            self.config = replace(self.config, drafter=spec)
+        self.requestDrafter.emit(spec)
+
+    def stop(self) -> None:
+        self.worker.stop()
+
+    def shutdown(self) -> None:
+        """Stop any answer, end the thread, then free the model (no thread uses it by then).
+        A load in progress cannot be interrupted, so this waits for it (a few seconds)."""
+        self.worker.stop()
+        self.thread.quit()
+        self.thread.wait()
+        self.worker._close_engine()

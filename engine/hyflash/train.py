@@ -1,0 +1,317 @@
+"""Training of HyFlash drafters by self-distillation (torch; the [train] extra).
+
+Data: the committed corpus of token ids (distill.py) plus target features recomputed by
+prefill into a float16 memmap cache (resumable). Training: random anchors in the answer part
+of each sequence, context strictly before the anchor, slot k predicts anchor+k with loss weight
+gamma**(k-1) (inside the model), AdamW, warm-up + cosine schedule, gradient clipping, seeded,
+checkpoints with resume, tqdm progress, validation with per-slot accuracy.
+
+Distributed: under `torchrun --nproc_per_node N` each rank takes an equal slice of the same
+global batch (gloo on CPU, NCCL on GPUs); the loss is normalised by the global weight sum, so
+the gradients, and hence the loss curve, equal a single process on that batch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from engine.hyflash.model import HyFlashModel
+
+
+@dataclass
+class Sequences:
+    """Token sequences (prompt + answer) with their target features."""
+
+    tokens: list[np.ndarray]  # int64 (T,)
+    features: list[np.ndarray]  # float16/32 (T, F): feature i predicts token i+1
+    prompt_lens: list[int]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def subset(self, idx: Sequence[int]) -> Sequences:
+        return Sequences(
+            [self.tokens[i] for i in idx],
+            [self.features[i] for i in idx],
+            [self.prompt_lens[i] for i in idx],
+        )
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 2000
+    batch_seqs: int = 8  # global batch: sequences per step (split across ranks)
+    anchors_per_seq: int = 16
+    lr: float = 2e-3
+    min_lr_frac: float = 0.05
+    weight_decay: float = 0.05
+    warmup: int = 100
+    clip: float = 1.0
+    seed: int = 0
+    eval_every: int = 250
+    ckpt_every: int = 250
+    val_anchors: int = 32
+    threads: int = 1
+
+
+# ----- features by prefill --------------------------------------------------------------------
+
+
+def load_corpus(path: Path, max_len: int) -> tuple[list[np.ndarray], list[int], list[str]]:
+    from engine.hyflash.distill import load_answers
+
+    tokens, prompt_lens, keys = [], [], []
+    for row in load_answers(path):
+        seq = np.asarray(row["prompt_ids"] + row["answer_ids"], dtype=np.int64)[:max_len]
+        if len(row["answer_ids"]) < 2 or len(row["prompt_ids"]) >= len(seq) - 1:
+            continue
+        tokens.append(seq)
+        prompt_lens.append(len(row["prompt_ids"]))
+        keys.append(row["key"])
+    return tokens, prompt_lens, keys
+
+
+def feature_cache(
+    tokens: list[np.ndarray], gguf_path: Path, cache_dir: Path, *, threads: int | None = None,
+    progress=None,
+) -> list[np.ndarray]:
+    """Final-layer target features for every sequence, computed once by prefill into a float16
+    memmap (cache_dir/features.f16 + index.json); an interrupted run continues where it was."""
+    from engine.target import LlamaTarget
+
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    offsets = np.concatenate([[0], np.cumsum([len(t) for t in tokens])])
+    index_path = cache_dir / "index.json"
+    fingerprint = f"{gguf_path.name}:{len(tokens)}:{int(offsets[-1])}"
+    index = json.loads(index_path.read_text()) if index_path.exists() else {}
+    if index.get("fingerprint") != fingerprint:
+        index = {"fingerprint": fingerprint, "done": 0}
+    mode = "r+" if (cache_dir / "features.f16").exists() and index["done"] else "w+"
+    n_embd = None
+    target = None
+    if index["done"] < len(tokens):
+        target = LlamaTarget(gguf_path, n_ctx=max(len(t) for t in tokens) + 8, features=True,
+                             n_threads=threads)
+        n_embd = target.n_embd
+    else:
+        n_embd = int(index["n_embd"])
+    store = np.memmap(cache_dir / "features.f16", dtype=np.float16, mode=mode,
+                      shape=(int(offsets[-1]), n_embd))
+    index["n_embd"] = n_embd
+    try:
+        for i in range(index["done"], len(tokens)):
+            target.reset()
+            target.prefill(tokens[i].tolist())
+            store[offsets[i] : offsets[i + 1]] = target.features(0, len(tokens[i]))
+            if i % 50 == 49 or i == len(tokens) - 1:
+                store.flush()
+                index["done"] = i + 1
+                index_path.write_text(json.dumps(index))
+            if progress:
+                progress(i + 1, len(tokens))
+    finally:
+        if target is not None:
+            target.close()
+    return [store[offsets[i] : offsets[i + 1]] for i in range(len(tokens))]
+
+
+# ----- batches --------------------------------------------------------------------------------
+
+
+def sample_anchors(
+    data: Sequences, seq_idx: Sequence[int], anchors_per_seq: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Anchors uniformly in each answer (the drafter's job at run time), leaving at least one
+    target token: (len(seq_idx), anchors_per_seq)."""
+    rows = []
+    for i in seq_idx:
+        lo, hi = data.prompt_lens[i], len(data.tokens[i]) - 2
+        rows.append(rng.integers(lo, max(lo, hi) + 1, size=anchors_per_seq))
+    return np.stack(rows)
+
+
+def make_batch(data: Sequences, seq_idx: Sequence[int], anchors: np.ndarray) -> dict:
+    """Pad the chosen sequences into tensors."""
+    seqs = [data.tokens[i] for i in seq_idx]
+    t = max(len(s) for s in seqs)
+    f_dim = data.features[seq_idx[0]].shape[1]
+    tokens = torch.zeros(len(seqs), t, dtype=torch.int64)
+    feats = torch.zeros(len(seqs), t, f_dim, dtype=torch.float32)
+    for row, i in enumerate(seq_idx):
+        n = len(data.tokens[i])
+        tokens[row, :n] = torch.from_numpy(data.tokens[i])
+        feats[row, :n] = torch.from_numpy(np.asarray(data.features[i], dtype=np.float32))
+    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.int64)
+    return {"features": feats, "tokens": tokens, "anchors": torch.from_numpy(anchors),
+            "lengths": lengths}
+
+
+def lr_at(step: int, tcfg: TrainConfig) -> float:
+    if step < tcfg.warmup:
+        return tcfg.lr * (step + 1) / tcfg.warmup
+    progress = (step - tcfg.warmup) / max(1, tcfg.steps - tcfg.warmup)
+    cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return tcfg.lr * (tcfg.min_lr_frac + (1 - tcfg.min_lr_frac) * cosine)
+
+
+# ----- distributed helpers --------------------------------------------------------------------
+
+
+def _world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def init_distributed() -> tuple[int, int]:
+    """Join the torchrun process group when launched by torchrun; else single process."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend)
+    return _world()
+
+
+def _all_sum(x: torch.Tensor) -> torch.Tensor:
+    if _world()[1] > 1:
+        x = x.clone()
+        dist.all_reduce(x)
+    return x
+
+
+# ----- the loop -------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def evaluate(model: HyFlashModel, data: Sequences, n_anchors: int, seed: int = 1234) -> dict:
+    """Per-slot accuracy and a greedy acceptance-length estimate on fixed validation anchors."""
+    model.eval()
+    rng = np.random.default_rng(seed)
+    correct = valid = None
+    tau_sum = tau_n = 0.0
+    for start in range(0, len(data), 8):
+        idx = list(range(start, min(len(data), start + 8)))
+        b = make_batch(data, idx, sample_anchors(data, idx, n_anchors, rng))
+        out = model.forward_train(b["features"], b["tokens"], b["anchors"], lengths=b["lengths"])
+        c = (out.correct & out.target_valid).sum((0, 1)).double()
+        v = out.target_valid.sum((0, 1)).double()
+        correct = c if correct is None else correct + c
+        valid = v if valid is None else valid + v
+        full = out.target_valid.all(-1)
+        tau_sum += float(out.acceptance_length() * full.sum())
+        tau_n += float(full.sum())
+    model.train()
+    acc = (correct / valid.clamp(min=1)).tolist()
+    return {"slot_accuracy": acc, "tau_estimate": tau_sum / max(tau_n, 1.0)}
+
+
+class _TrainForward(torch.nn.Module):
+    """DDP syncs gradients for what runs through forward(): route forward_train there."""
+
+    def __init__(self, model: HyFlashModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, features, tokens, anchors, lengths):
+        return self.model.forward_train(features, tokens, anchors, lengths=lengths)
+
+
+def save_checkpoint(path: Path, model, opt, step: int, history: list[dict]) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                "history": history}, tmp)
+    os.replace(tmp, path)
+
+
+def train(
+    model: HyFlashModel,
+    train_data: Sequences,
+    val_data: Sequences | None,
+    tcfg: TrainConfig,
+    out_dir: Path,
+    *,
+    log=print,
+    show_progress: bool = True,
+) -> list[dict]:
+    """Train (resuming from out_dir/checkpoint.pt if present); return the loss history."""
+    from tqdm import tqdm
+
+    torch.set_num_threads(tcfg.threads)
+    rank, world = _world()
+    if tcfg.batch_seqs % world:
+        raise ValueError(f"batch_seqs {tcfg.batch_seqs} must be divisible by {world} ranks")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(tcfg.seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=tcfg.lr, weight_decay=tcfg.weight_decay,
+                            betas=(0.9, 0.95))
+    ddp = (
+        torch.nn.parallel.DistributedDataParallel(_TrainForward(model)) if world > 1 else None
+    )
+    ckpt = out_dir / "checkpoint.pt"
+    step, history = 0, []
+    if ckpt.exists():
+        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        step, history = state["step"], state["history"]
+        log(f"resumed from step {step}")
+    per_rank = tcfg.batch_seqs // world
+    bar = tqdm(total=tcfg.steps, initial=step, disable=not show_progress or rank != 0,
+               unit="step")
+    tokens_seen, t0 = 0, time.perf_counter()
+    while step < tcfg.steps:
+        # the same global batch on every rank (seeded by step), each rank takes its slice
+        rng = np.random.default_rng([tcfg.seed, step])
+        global_idx = rng.choice(len(train_data), size=tcfg.batch_seqs,
+                                replace=len(train_data) < tcfg.batch_seqs)
+        global_anchors = sample_anchors(train_data, global_idx, tcfg.anchors_per_seq, rng)
+        mine = slice(rank * per_rank, (rank + 1) * per_rank)
+        b = make_batch(train_data, global_idx[mine].tolist(), global_anchors[mine])
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, tcfg)
+        if ddp is not None:
+            out = ddp(b["features"], b["tokens"], b["anchors"], b["lengths"])
+        else:
+            out = model.forward_train(b["features"], b["tokens"], b["anchors"],
+                                      lengths=b["lengths"])
+        use = (out.target_valid & out.reachable).float()
+        w_local = (use * model.slot_weight).sum()
+        w_global = _all_sum(w_local.detach())
+        # DDP averages gradients over ranks: scale so the sum equals the global-batch loss
+        objective = out.loss * w_local / w_global.clamp(min=1e-6) * world
+        opt.zero_grad(set_to_none=True)
+        objective.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, tcfg.clip)
+        opt.step()
+        step += 1
+        loss = float(_all_sum((out.loss * w_local).detach()) / w_global.clamp(min=1e-6))
+        tokens_seen += int(b["anchors"].numel()) * world
+        rate = tokens_seen / (time.perf_counter() - t0)
+        record = {"step": step, "loss": loss, "lr": lr_at(step - 1, tcfg),
+                  "grad_norm": float(grad_norm), "anchors_per_s": rate}
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss:.3f}", anchors_s=f"{rate:.0f}")
+        if val_data is not None and (step % tcfg.eval_every == 0 or step == tcfg.steps):
+            record["val"] = evaluate(model, val_data, tcfg.val_anchors)
+            if rank == 0:
+                acc = ", ".join(f"{a:.2f}" for a in record["val"]["slot_accuracy"])
+                log(f"step {step}: loss {loss:.3f}, val tau~{record['val']['tau_estimate']:.2f}"
+                    f", slot acc [{acc}], {rate:.0f} anchors/s")
+        history.append(record)
+        if rank == 0 and (step % tcfg.ckpt_every == 0 or step == tcfg.steps):
+            save_checkpoint(ckpt, model, opt, step, history)
+            (out_dir / "history.json").write_text(json.dumps(history))
+    bar.close()
+    if rank == 0:
+        (out_dir / "train_config.json").write_text(json.dumps(asdict(tcfg), indent=2))
+    return history
