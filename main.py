@@ -11,10 +11,15 @@ def main(argv: list[str] | None = None) -> int:
         from engine.cli import main as cli_main
 
         return cli_main(argv[1:])
+    if argv[:1] == ["--self-test"]:
+        from engine.selftest import run_self_test
+
+        return run_self_test(argv[1:])
     if argv[:1] in (["-h"], ["--help"]):
         print(
             "usage: python main.py [app options]      open the chat window\n"
             "       python main.py --cli COMMAND ...  command line (generate, chat, bench, ...)\n"
+            "       python main.py --self-test        load the model headless, generate, report\n"
             "CLI commands: run `python main.py --cli --help`."
         )
         return 0

@@ -19,6 +19,7 @@ import numpy as np
 
 MAX_BLOCK_SIZE = 32
 PROFILE_SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
+EXPLORE_EVERY = 32  # steps between drafter calls even when drafting does not seem to pay
 
 
 class CostModel:
@@ -119,6 +120,8 @@ class BlockSizeChooser:
         self.max_block = max_block
         self.estimator = AcceptanceEstimator()
         self._pending: list[_Pending] = []
+        self._bucket_counts: dict[str, float] = {}  # how often each kind of proposal comes
+        self._steps_since_draft = 0
         self.draft_seconds = 0.0  # EMA of the drafter's call time
 
     def expected_tokens(self, bucket: str, k: int) -> float:
@@ -135,15 +138,26 @@ class BlockSizeChooser:
         speeds = expected / self.cost.table[: n + 1]
         return int(np.argmax(speeds))
 
-    def worth_drafting(self, bucket: str = "") -> bool:
-        """False when even the best block cannot pay for the drafter's call time."""
-        if self.draft_seconds <= 0.0:
+    def worth_drafting(self) -> bool:
+        """Whether calling the drafter is expected to save more time than the call costs:
+        the expected saving per call is the mix, over the kinds of proposal the drafter makes
+        (its buckets, an empty proposal included), of the best block's time saved against
+        plain decoding. A drafter that does not pay is still asked every EXPLORE_EVERY steps,
+        so the shadow estimates can notice when the text becomes predictable."""
+        self._steps_since_draft += 1
+        if self.draft_seconds <= 0.0 or self._steps_since_draft >= EXPLORE_EVERY:
             return True
+        total = sum(self._bucket_counts.values())
         n = self.max_block - 1
-        c = np.cumprod(self.estimator.rates(bucket)[:n])
-        expected = 1.0 + np.concatenate(([0.0], np.cumsum(c)))
-        best = np.max(expected[1:] / (self.cost.table[1 : n + 1] + self.draft_seconds))
-        return bool(best > 1.0 / self.cost(1))
+        t1 = self.cost(1)
+        saving = 0.0
+        for bucket, count in self._bucket_counts.items():
+            if not bucket:
+                continue  # empty proposals save nothing
+            expected = 1.0 + np.cumsum(np.cumprod(self.estimator.rates(bucket)[:n]))
+            gains = expected * t1 - self.cost.table[1 : n + 1]
+            saving += count / total * max(0.0, float(gains.max()))
+        return saving > self.draft_seconds
 
     def observe_draft_time(self, seconds: float) -> None:
         self.draft_seconds = (
@@ -151,6 +165,11 @@ class BlockSizeChooser:
         )
 
     def propose_made(self, bucket: str, tokens: Sequence[int], start: int) -> None:
+        self._steps_since_draft = 0
+        for key in self._bucket_counts:
+            self._bucket_counts[key] *= self.estimator.decay
+        key = bucket if len(tokens) else ""
+        self._bucket_counts[key] = self._bucket_counts.get(key, 0.0) + 1.0
         if len(tokens):
             self._pending.append(_Pending(bucket, [int(t) for t in tokens], start))
 

@@ -37,6 +37,7 @@ class RunResult:
 class ConfigTotals:
     name: str
     tokens: int = 0
+    committed: int = 0  # tokens committed by target decodes (an end-of-text token included)
     decode_s: float = 0.0
     steps: int = 0
     draft_ms: list[float] = field(default_factory=list)
@@ -48,7 +49,14 @@ class ConfigTotals:
 
     @property
     def tau(self) -> float:
-        return self.tokens / self.steps if self.steps else 0.0
+        return self.committed / self.steps if self.steps else 0.0
+
+    def add(self, run: RunResult) -> None:
+        self.tokens += len(run.tokens)
+        self.committed += round(run.tau * run.steps)
+        self.decode_s += run.decode_s
+        self.steps += run.steps
+        self.draft_ms.append(run.draft_ms)
 
 
 def run_once(engine, prompt: str, block_size, max_tokens: int) -> RunResult:
@@ -110,19 +118,13 @@ def run_bench(args: argparse.Namespace) -> dict:
     for i, prompt in enumerate(prompts):
         engine.set_drafter("none")
         plain = run_once(engine, prompt, 1, args.max_tokens)
-        t = totals["none:1"]
-        t.tokens += len(plain.tokens)
-        t.decode_s += plain.decode_s
-        t.steps += plain.steps
+        totals["none:1"].add(plain)
         row = {"prompt": i, "plain_tok_s": len(plain.tokens) / plain.decode_s}
         for drafter, block in configs:
             engine.set_drafter(drafter)
             res = run_once(engine, prompt, block, args.max_tokens)
             t = totals[f"{drafter}:{block}"]
-            t.tokens += len(res.tokens)
-            t.decode_s += res.decode_s
-            t.steps += res.steps
-            t.draft_ms.append(res.draft_ms)
+            t.add(res)
             same = res.tokens == plain.tokens
             t.mismatches += 0 if same else 1
             row[f"{drafter}:{block}"] = {

@@ -1,0 +1,32 @@
+"""Prompt corpora from the offline PyPI data packages, and the fixed train/eval split."""
+
+from __future__ import annotations
+
+from engine.hyflash.prompts import GSM8K_EVAL, eval_prompts, gsm8k, train_prompts
+
+
+def test_corpora_load_with_expected_sizes():
+    ev = eval_prompts()
+    assert {k: len(v) for k, v in ev.items()} == {
+        "gsm8k": GSM8K_EVAL, "humaneval": 164, "mtbench": 80, "math500": 311,
+        "aime2025": 30, "mbpp": 500,
+    }
+    assert len(gsm8k()) == 1319
+    train = train_prompts(sharegpt_limit=500)
+    assert {p.source for p in train} == {"sharegpt", "gsm8k", "ifbench", "mbpp"}
+    assert all(p.text.strip() for p in train)
+
+
+def test_evaluation_prompts_never_reach_training():
+    train = train_prompts(sharegpt_limit=500)
+    eval_keys = {p.key for group in eval_prompts().values() for p in group}
+    eval_texts = {p.text for group in eval_prompts().values() for p in group}
+    assert not eval_keys & {p.key for p in train}
+    assert not eval_texts & {p.text for p in train}
+
+
+def test_training_order_is_fixed_and_mixed():
+    a = [p.key for p in train_prompts(sharegpt_limit=300)]
+    b = [p.key for p in train_prompts(sharegpt_limit=300)]
+    assert a == b
+    assert len({k.split("/")[0] for k in a[:100]}) >= 3  # any prefix mixes sources
