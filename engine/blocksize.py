@@ -48,6 +48,8 @@ class CostModel:
         return float(self.table[n - 1])
 
     def observe(self, n: int, seconds: float) -> None:
+        if self.ema <= 0.0:
+            return  # a fixed model (e.g. another machine's curve, simulated)
         old = self.measured.get(n)
         self.measured[n] = seconds if old is None else (1 - self.ema) * old + self.ema * seconds
         self._rebuild()

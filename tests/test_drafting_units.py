@@ -41,6 +41,9 @@ def test_cost_model_interpolates_and_extrapolates_monotonically():
     assert cost(32) > cost(16) > cost(8)
     cost.observe(2, 0.020)
     assert 0.017 < cost(2) < 0.020
+    fixed = CostModel({1: 0.010, 16: 0.011}, ema=0.0)
+    fixed.observe(2, 5.0)
+    assert fixed(2) < 0.011
 
 
 def test_chooser_verifies_more_when_acceptance_is_high():
