@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from datetime import date
+from typing import TYPE_CHECKING
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.events import EngineError
+
+if TYPE_CHECKING:
+    from engine.target import LlamaTarget
 
 # Used only when a GGUF carries no template: ChatML, which most small instruct models use.
 CHATML = (
@@ -34,6 +38,22 @@ class ChatTemplate:
             raise EngineError(f"the model's chat template does not parse: {exc}") from exc
         self.bos_token = bos_token
         self.eos_token = eos_token
+
+    @classmethod
+    def for_target(cls, target: LlamaTarget) -> ChatTemplate:
+        """The GGUF's own template with its BOS/EOS token texts."""
+        return cls(
+            target.chat_template(),
+            target.token_text(target.bos_token),
+            target.token_text(target.eos_token),
+        )
+
+    def tokenize(self, target: LlamaTarget, messages: list[dict]) -> list[int]:
+        """Render and tokenize, adding BOS only when the model wants one and the template did
+        not already write it."""
+        text = self.render(messages)
+        add_bos = target.adds_bos() and not (self.bos_token and text.startswith(self.bos_token))
+        return target.tokenize(text, add_special=add_bos, parse_special=True)
 
     def render(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         for m in messages:

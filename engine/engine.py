@@ -109,10 +109,7 @@ class Engine:
             n_threads=n_threads,
             n_gpu_layers=self.backend.n_gpu_layers,
         )
-        t = self.target
-        self.template = ChatTemplate(
-            t.chat_template(), t.token_text(t.bos_token), t.token_text(t.eos_token)
-        )
+        self.template = ChatTemplate.for_target(self.target)
         self.max_block = min(max_block, MAX_BLOCK_SIZE)
         if profile:
             report("timing this machine's verify cost")
@@ -155,10 +152,7 @@ class Engine:
     # ----- prompts --------------------------------------------------------------------------
 
     def chat_tokens(self, messages: list[dict]) -> list[int]:
-        text = self.template.render(messages)
-        bos = self.template.bos_token
-        add_bos = self.target.adds_bos() and not (bos and text.startswith(bos))
-        return self.target.tokenize(text, add_special=add_bos, parse_special=True)
+        return self.template.tokenize(self.target, messages)
 
     def raw_tokens(self, text: str) -> list[int]:
         return self.target.tokenize(text, add_special=True, parse_special=True)

@@ -35,14 +35,6 @@ class _Stream:
     pos: int = 0
 
 
-def chat_prompt_ids(target: LlamaTarget, template: ChatTemplate, text: str) -> list[int]:
-    rendered = template.render([{"role": "user", "content": text}])
-    add_bos = target.adds_bos() and not (
-        template.bos_token and rendered.startswith(template.bos_token)
-    )
-    return target.tokenize(rendered, add_special=add_bos, parse_special=True)
-
-
 def done_keys(path: Path) -> set[str]:
     if not path.exists():
         return set()
@@ -178,17 +170,13 @@ def generate_corpus(
     progress: Callable[[int, int, float], None] | None = None,
 ) -> int:
     """Append greedy answers for prompts not yet in out_path; return answers written."""
-    template = ChatTemplate(
-        target.chat_template(),
-        target.token_text(target.bos_token),
-        target.token_text(target.eos_token),
-    )
+    template = ChatTemplate.for_target(target)
     have = done_keys(out_path)
     todo = []
     for p in prompts:
         if p.key in have:
             continue
-        ids = chat_prompt_ids(target, template, p.text)
+        ids = template.tokenize(target, [{"role": "user", "content": p.text}])
         if len(ids) <= max_prompt_tokens:
             todo.append((p, ids))
     out_path.parent.mkdir(parents=True, exist_ok=True)
