@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QCoreApplication, QEventLoop
 from PySide6.QtGui import QColor, QImage
+from qt_helpers import spin
 
 from app.main_window import MainWindow
 from app.worker import EngineConfig, EngineHost
@@ -27,14 +26,6 @@ SETTINGS = {
     "drafter": "ngram",
     "block_size": 4,
 }
-
-
-def spin(predicate, timeout: float = 60.0) -> bool:
-    end = time.monotonic() + timeout
-    while not predicate() and time.monotonic() < end:
-        QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
-        time.sleep(0.005)
-    return bool(predicate())
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,8 @@ import time
 from dataclasses import replace
 
 import pytest
-from PySide6.QtCore import QCoreApplication, QElapsedTimer, QEventLoop, Qt, QTimer
+from PySide6.QtCore import QElapsedTimer, Qt, QTimer
+from qt_helpers import spin
 
 from app.main_window import MainWindow
 from app.settings import AppSettings, SettingsStore
@@ -30,15 +31,6 @@ SETTINGS = {
     "theme": "light",
 }
 LONG_PROMPT = "Write a long story about a lighthouse keeper and a storm, with many details."
-
-
-def spin(predicate, timeout: float = 60.0) -> bool:
-    """Run the Qt event loop until predicate() or the timeout (module fixtures lack qtbot)."""
-    end = time.monotonic() + timeout
-    while not predicate() and time.monotonic() < end:
-        QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
-        time.sleep(0.005)
-    return bool(predicate())
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from hyflash_tiny import E, V, tiny_config
 
 from engine.hyflash.config import DrafterConfig, draft_memory_bytes, select_draft_vocab
 from engine.hyflash.export import ObserveGraph, ProposeGraph, example_inputs, export_drafter
@@ -25,8 +26,6 @@ from engine.hyflash.gguf_weights import (
 from engine.hyflash.model import HyFlashModel
 from engine.hyflash.ssm import GatedDeltaNetMemory, Mamba2Memory, unit_lower_inverse
 
-V, E = 97, 16  # tiny target: vocabulary, hidden size
-
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_torch_thread():
@@ -37,26 +36,6 @@ def _one_torch_thread():
     torch.set_num_threads(old)
 
 
-def tiny_config(**kw) -> DrafterConfig:
-    base = dict(
-        hidden_size=E,
-        feature_dim=E,
-        vocab_size=V,
-        d_model=32,
-        n_layers=2,
-        n_heads=4,
-        window=8,
-        block_size=4,
-        mem_heads=2,
-        mem_key_dim=8,
-        mem_value_dim=8,
-        draft_vocab_size=64,
-        ptr_dim=8,
-        scan_chunk=8,
-        observe_chunk=8,
-    )
-    base.update(kw)
-    return DrafterConfig(**base)
 
 
 def tiny_model(cfg: DrafterConfig, seed: int = 0) -> HyFlashModel:

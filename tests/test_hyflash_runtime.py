@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from hyflash_tiny import E, V, tiny_config
 
 from engine.drafters.base import Drafter
 from engine.drafters.hyflash import HyFlashDrafter, NgramIndex, ngram_candidates
@@ -21,7 +22,6 @@ from engine.hyflash.export import export_drafter
 from engine.hyflash.gguf_weights import target_identity, write_stand_in_gguf
 from engine.hyflash.model import HyFlashModel
 
-V, E = 97, 16
 VARIANTS = {
     "hyflash-mamba2": dict(memory="mamba2"),
     "hyflash-gdn-last1-noncross": dict(memory="gdn", history="last1", cross_slot=False),
@@ -61,24 +61,7 @@ def drafters(stand_in):
     target, emb, folder = stand_in
     out = {}
     for i, (name, kw) in enumerate(VARIANTS.items()):
-        cfg = DrafterConfig(
-            hidden_size=E,
-            feature_dim=E,
-            vocab_size=V,
-            d_model=32,
-            n_layers=2 if i == 0 else 1,
-            n_heads=4,
-            window=8,
-            block_size=4,
-            mem_heads=2,
-            mem_key_dim=8,
-            mem_value_dim=8,
-            draft_vocab_size=64,
-            ptr_dim=8,
-            scan_chunk=8,
-            observe_chunk=8,
-            **kw,
-        )
+        cfg = tiny_config(n_layers=2 if i == 0 else 1, **kw)
         model = _make(cfg, emb, seed=i)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

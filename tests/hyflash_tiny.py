@@ -1,0 +1,29 @@
+"""A tiny drafter configuration shared by the HyFlash model and run-time tests."""
+
+from __future__ import annotations
+
+from engine.hyflash.config import DrafterConfig
+
+V, E = 97, 16  # tiny target: vocabulary, hidden size
+
+
+def tiny_config(**kw) -> DrafterConfig:
+    base = dict(
+        hidden_size=E,
+        feature_dim=E,
+        vocab_size=V,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        window=8,
+        block_size=4,
+        mem_heads=2,
+        mem_key_dim=8,
+        mem_value_dim=8,
+        draft_vocab_size=64,
+        ptr_dim=8,
+        scan_chunk=8,
+        observe_chunk=8,
+    )
+    base.update(kw)
+    return DrafterConfig(**base)
