@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib
 import logging
 import os
 import platform
@@ -92,8 +93,9 @@ class LlamaInfo:
 class OrtInfo:
     available: bool
     version: str | None = None
-    providers: tuple[str, ...] = ()  # onnxruntime.get_available_providers()
+    providers: tuple[str, ...] = ()  # get_available_providers() + registered plugin EPs
     error: str | None = None
+    plugins: tuple[str, ...] = ()  # of those, plugin EPs (sessions select them by device)
 
 
 @dataclass(frozen=True)
@@ -359,14 +361,38 @@ def _backends_from_libs(lib_dir: Path) -> list[str]:
     return found
 
 
+# Execution providers shipped as separate plugin packages (onnxruntime-qnn 2.x on Windows ARM64):
+# onnxruntime does not list them until their library is registered, and sessions then select
+# them by device (SessionOptions.add_provider_for_devices), not by name.
+PLUGIN_EP_MODULES = ("onnxruntime_qnn",)
+
+
+def register_plugin_eps(ort: Any) -> tuple[str, ...]:
+    """Register installed plugin EPs; return those that found a device on this machine."""
+    found = []
+    for module_name in PLUGIN_EP_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+            name = module.get_ep_name()
+            ort.register_execution_provider_library(name, module.get_library_path())
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the probe
+            log.info("plugin execution provider %s unavailable: %s", module_name, exc)
+            continue
+        if any(d.ep_name == name for d in ort.get_ep_devices()):
+            found.append(name)
+    return tuple(found)
+
+
 def _ort_info() -> OrtInfo:
     try:
         import onnxruntime as ort
 
+        plugins = register_plugin_eps(ort)
         return OrtInfo(
             available=True,
             version=ort.__version__,
-            providers=tuple(ort.get_available_providers()),
+            providers=tuple(dict.fromkeys([*plugins, *ort.get_available_providers()])),
+            plugins=plugins,
         )
     except Exception as exc:  # noqa: BLE001
         return OrtInfo(available=False, error=f"{type(exc).__name__}: {exc}")
@@ -606,14 +632,29 @@ def create_session(
     model = model_path if isinstance(model_path, bytes) else os.fspath(model_path)
     attempts: list[ProviderAttempt] = []
     last_error: Exception | None = None
+    plugin_devices = {}
+    if hasattr(ort, "get_ep_devices"):
+        for device in ort.get_ep_devices():
+            plugin_devices.setdefault(device.ep_name, []).append(device)
     for provider in order:
         # A non-CPU provider gets CPU behind it so ops it lacks still run (ORT assigns per node).
         chain = [provider] if provider == CPU_EP else [provider, CPU_EP]
         chain_opts = [options.get(p, {}) for p in chain]
         try:
-            session = ort.InferenceSession(
-                model, sess_options=session_options, providers=chain, provider_options=chain_opts
-            )
+            if provider in plugin_devices and provider not in ort.get_available_providers():
+                # a registered plugin EP: selected through its devices, not by name
+                plugin_options = session_options or ort.SessionOptions()
+                plugin_options.add_provider_for_devices(
+                    plugin_devices[provider], options.get(provider, {})
+                )
+                session = ort.InferenceSession(model, sess_options=plugin_options)
+            else:
+                session = ort.InferenceSession(
+                    model,
+                    sess_options=session_options,
+                    providers=chain,
+                    provider_options=chain_opts,
+                )
         except Exception as exc:  # noqa: BLE001 - ORT raises several types; all mean "next one"
             last_error = exc
             attempt = ProviderAttempt(provider, False, f"{type(exc).__name__}: {exc}".strip())

@@ -289,3 +289,54 @@ def test_doctor_text_json_and_cli(capsys, tmp_path, monkeypatch) -> None:
     assert args.func(args) == 0 and run_doctor is args.func
     out = json.loads(capsys.readouterr().out)
     assert out["choice"]["requested"] == "cuda"
+
+
+class _FakeDevice:
+    def __init__(self, ep_name: str) -> None:
+        self.ep_name = ep_name
+
+
+def test_plugin_qnn_package_is_registered_and_listed(monkeypatch) -> None:
+    """onnxruntime-qnn 2.x (Windows ARM64) is a plugin EP: simulated here, since no Snapdragon
+    NPU is reachable; the probe must register its library and list QNN when it has a device."""
+    import sys
+    import types
+
+    registered = []
+    plugin = types.SimpleNamespace(
+        get_ep_name=lambda: QNN_EP, get_library_path=lambda: "C:/qnn/onnxruntime_providers_qnn.dll"
+    )
+    monkeypatch.setitem(sys.modules, "onnxruntime_qnn", plugin)
+    monkeypatch.setattr(
+        ort,
+        "register_execution_provider_library",
+        lambda name, path: registered.append((name, path)),
+    )
+    monkeypatch.setattr(ort, "get_ep_devices", lambda: [_FakeDevice(CPU_EP), _FakeDevice(QNN_EP)])
+    info = b._ort_info()
+    assert registered == [(QNN_EP, "C:/qnn/onnxruntime_providers_qnn.dll")]
+    assert info.plugins == (QNN_EP,) and QNN_EP in info.providers
+
+
+def test_broken_plugin_package_does_not_break_the_probe(monkeypatch) -> None:
+    import sys
+    import types
+
+    def fail(name, path):
+        raise RuntimeError("LoadLibrary failed")
+
+    plugin = types.SimpleNamespace(get_ep_name=lambda: QNN_EP, get_library_path=lambda: "x.dll")
+    monkeypatch.setitem(sys.modules, "onnxruntime_qnn", plugin)
+    monkeypatch.setattr(ort, "register_execution_provider_library", fail)
+    info = b._ort_info()
+    assert info.available and QNN_EP not in info.providers and info.plugins == ()
+
+
+def test_plugin_provider_session_falls_back_to_cpu(tmp_path, monkeypatch) -> None:
+    """A registered plugin EP is selected by device; when that fails, CPU takes over."""
+    path = tmp_path / "tiny.onnx"
+    path.write_bytes(tiny_model())
+    monkeypatch.setattr(ort, "get_ep_devices", lambda: [_FakeDevice(QNN_EP)])
+    result = b.create_session(path, [QNN_EP])  # the fake device makes the real ORT refuse
+    assert result.provider == CPU_EP and not result.attempts[0].ok
+    assert _run(result.session) == [3.0, -4.0]
