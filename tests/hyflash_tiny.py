@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+import torch
+
 from engine.hyflash.config import DrafterConfig
 
 V, E = 97, 16  # tiny target: vocabulary, hidden size
@@ -27,3 +30,12 @@ def tiny_config(**kw) -> DrafterConfig:
     )
     base.update(kw)
     return DrafterConfig(**base)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """Tiny ops on a shared 2-core machine: extra OpenMP threads only spin and wait."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -13,7 +13,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
-from hyflash_tiny import E, V, tiny_config
+from hyflash_tiny import E, V, one_torch_thread, tiny_config  # noqa: F401 - autouse fixture
 
 from engine.hyflash.config import DrafterConfig, draft_memory_bytes, select_draft_vocab
 from engine.hyflash.export import ObserveGraph, ProposeGraph, example_inputs, export_drafter
@@ -25,17 +25,6 @@ from engine.hyflash.gguf_weights import (
 )
 from engine.hyflash.model import HyFlashModel
 from engine.hyflash.ssm import GatedDeltaNetMemory, Mamba2Memory, unit_lower_inverse
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    # tiny ops on a shared 2-core machine: extra OpenMP threads only spin and wait
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 
 
 def tiny_model(cfg: DrafterConfig, seed: int = 0) -> HyFlashModel:

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from hyflash_tiny import E, V, tiny_config
+from hyflash_tiny import E, V, one_torch_thread, tiny_config  # noqa: F401 - autouse fixture
 
 from engine.drafters.base import Drafter
 from engine.drafters.hyflash import HyFlashDrafter, NgramIndex, ngram_candidates
@@ -28,13 +28,6 @@ VARIANTS = {
     "full-attention-nocopy": dict(attention="full", memory="none", copy=False),
 }
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 @pytest.fixture(scope="module")
