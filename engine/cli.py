@@ -25,7 +25,12 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model", default=None, help="catalog id or path to a .gguf (default: embedded)"
     )
-    p.add_argument("--drafter", default="ngram", help="none | ngram | hyflash | PATH")
+    p.add_argument(
+        "--drafter",
+        default=None,
+        help="none | ngram | hyflash | PATH (default: hyflash where one is shipped for the "
+        "model, else ngram)",
+    )
     p.add_argument("--n-ctx", type=int, default=4096, help="context length in tokens")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
 
@@ -52,8 +57,18 @@ def _settings(args: argparse.Namespace) -> GenerationSettings:
 
 def _load_engine(args: argparse.Namespace):
     from engine.engine import Engine
+    from engine.events import DrafterMismatchError
 
-    return Engine(args.model, drafter=args.drafter, n_ctx=args.n_ctx, n_threads=args.threads)
+    def load(drafter: str):
+        return Engine(args.model, drafter=drafter, n_ctx=args.n_ctx, n_threads=args.threads)
+
+    if args.drafter is not None:
+        return load(args.drafter)
+    try:
+        return load("hyflash")
+    except DrafterMismatchError as exc:
+        print(f"note: {exc} Using the n-gram drafter.", file=sys.stderr)
+        return load("ngram")
 
 
 def stats_line(s: StepStats) -> str:
@@ -158,12 +173,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling_args(chat)
     chat.set_defaults(func=cmd_chat)
 
+    from engine.bench.acceptance import add_acceptance_parser
     from engine.bench.speed import add_bench_parser
     from engine.doctor import add_doctor_parser
     from engine.downloads import add_download_parser
     from engine.hyflash.commands import add_data_parser, add_train_parsers
 
     add_bench_parser(sub)
+    add_acceptance_parser(sub)
     add_doctor_parser(sub)
     add_download_parser(sub)
     add_data_parser(sub)

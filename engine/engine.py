@@ -66,11 +66,18 @@ def hyflash_status(model_id: str) -> tuple[bool, str]:
 def make_drafter(
     spec: str, model_id: str, target: LlamaTarget, backend: BackendChoice | None = None
 ) -> Drafter:
-    """'none', 'ngram', 'hyflash' (the drafter shipped for this target) or a drafter path."""
+    """'none', 'ngram', 'hyflash' (the drafter shipped for this target), a drafter path, or
+    'hybrid:<one of those>' (n-gram lookup on a 3-token match, else that drafter). A learned
+    drafter may name its weights: 'hyflash@int8' (fp32 | int8 | int4; default: the card's)."""
     if spec == "none":
         return NoDrafter()
     if spec == "ngram":
         return NgramDrafter()
+    if spec.startswith("hybrid:"):
+        from engine.drafters.hybrid import HybridDrafter
+
+        return HybridDrafter(make_drafter(spec.split(":", 1)[1], model_id, target, backend))
+    spec, _, weights = spec.partition("@")
     path = hyflash_drafter_dir(model_id) if spec == "hyflash" else Path(spec)
     if not path.exists():
         raise DrafterMismatchError(
@@ -79,7 +86,7 @@ def make_drafter(
     from engine.drafters.hyflash import HyFlashDrafter  # onnxruntime only when used
 
     providers = list(backend.drafter_providers) if backend else None
-    return HyFlashDrafter.load(path, target, providers=providers)
+    return HyFlashDrafter.load(path, target, providers=providers, weights=weights or None)
 
 
 class Engine:

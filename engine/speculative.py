@@ -233,7 +233,6 @@ def generate_tokens(
         if chooser is not None:
             chooser.committed(stream_tokens)
         counters.steps += 1
-        counters.committed += a + 1
         counters.slot_propose[:k] += 1
         counters.slot_accept[:a] += 1
         counters.draft_s += t1 - t0
@@ -252,6 +251,8 @@ def generate_tokens(
                 break
             kept.append(token)
         generated.extend(kept)
+        # tokens past an end-of-text or the length limit were verified but are not output
+        counters.committed += len(kept) + (stop_reason == "eos" and finished)
         pieces = []
         # accepted drafts first (the GUI may tint them), then the target's own token
         for tokens, drafted in ((kept[:a], True), (kept[a:], False)):

@@ -146,8 +146,9 @@ def test_slots_see_only_context_before_the_anchor():
             assert torch.equal(out1.copy_ids[0, 2], out2.copy_ids[0, 2])
 
 
-def test_mixture_argmax_matches_full_scatter():
-    model = tiny_model(tiny_config())
+@pytest.mark.parametrize("attention", ["local", "full"])
+def test_mixture_argmax_matches_full_scatter(attention):
+    model = tiny_model(tiny_config(attention=attention))
     torch.manual_seed(5)
     feats, toks = torch.randn(2, 24, E), torch.randint(0, 10, (2, 24))
     out, gate = model.forward_slots(feats, toks, torch.tensor([[4, 12, 20], [8, 15, 23]]))

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine.bench.prompts import CHAT_PROMPTS, RAW_PROMPTS
@@ -121,3 +122,42 @@ def test_hyflash_greedy_output_equals_plain_decoding(engine, exported):
             assert out.stats.draft_memory_bytes > 0
     assert proposed > 500  # the drafter really proposed
     engine.set_drafter("ngram")
+
+
+def test_prefill_labels_are_the_targets_greedy_predictions(corpus, model_path, tmp_path):
+    """Labels from one prefill with logits on every row: on the target's own greedy answers
+    they equal the answer tokens (up to rare near-ties of batched generation)."""
+    from engine.hyflash.features import feature_cache, load_corpus
+
+    tokens, prompt_lens, _ = load_corpus(corpus, 1024)
+    feats, labels = feature_cache(tokens, model_path, tmp_path / "cache", with_labels=True)
+    assert labels is not None and len(labels) == len(tokens)
+    agree = total = 0
+    for t, f, lab, p in zip(tokens, feats, labels, prompt_lens, strict=True):
+        assert lab.shape == t.shape and f.shape == (len(t), 576) and lab[0] == t[0]
+        agree += int((lab[p:] == t[p:]).sum())
+        total += len(t) - p
+    assert agree / total > 0.95
+    # prompts are not the target's writing: there the labels differ from the tokens
+    prompt_agree = np.mean([np.mean(lab[1:p] == t[1:p])
+                            for t, lab, p in zip(tokens, labels, prompt_lens, strict=True)])
+    assert prompt_agree < 0.9
+    # cached: a second call reads the same numbers without a target
+    again, labels2 = feature_cache(tokens, model_path, tmp_path / "cache", with_labels=True)
+    assert all(np.array_equal(a, b) for a, b in zip(labels, labels2, strict=True))
+
+
+def test_conversations_corpus_and_training_on_target_labels(tmp_path):
+    from engine.hyflash.distill import load_answers
+
+    out = tmp_path / "conv.jsonl"
+    cli("data", "conversations", "--limit", "6", "--max-tokens", "64", "--out", str(out))
+    rows = load_answers(out)
+    assert len(rows) == 6 and len({r["key"] for r in rows}) == 6
+    assert all(r["source"] == "sharegpt-answer" and 8 <= len(r["answer_ids"]) <= 65
+               for r in rows)
+    run = tmp_path / "run"
+    cli("train", "--corpus", str(out), "--out", str(run), "--cache", str(tmp_path / "cache"),
+        "--labels", "target", "--steps", "30", "--eval-every", "30", *TINY)
+    hist = losses(run)
+    assert len(hist) == 30 and np.mean(hist[-5:]) < np.mean(hist[:5])

@@ -96,7 +96,7 @@ def test_incremental_observe_matches_torch_on_whole_context(stand_in, drafters, 
     np.testing.assert_allclose(got[finite], ref[finite], atol=1e-4, rtol=0)
 
     draft = drafter.propose(anchor, max_tokens=100)
-    assert draft.bucket == "hyflash" and draft.logits.dtype == np.float32
+    assert draft.bucket.startswith("hyflash-sure") and draft.logits.dtype == np.float32
     assert draft.logits.shape == (model.cfg.n_slots, V)
     assert np.array_equal(draft.tokens, ref.argmax(-1))
     assert np.array_equal(drafter.propose(anchor, 2).tokens, draft.tokens[:2])
@@ -168,6 +168,19 @@ def test_int8_weights_load_and_stay_close(stand_in, drafters):
     assert np.corrcoef(out["fp32"][finite], out["int8"][finite])[0, 1] > 0.9
     with pytest.raises(DrafterMismatchError, match="int4"):
         HyFlashDrafter.load(path, target, weights="int4")
+
+
+def test_confidence_bucket_counts_leading_sure_slots():
+    from engine.drafters.hyflash import confidence_bucket
+
+    probs = np.array([[0.9, 0.1], [0.85, 0.15], [0.3, 0.7], [0.99, 0.01], [0.95, 0.05]])
+    lp = np.log(probs)
+    assert confidence_bucket(lp, np.array([1, 0, 0, 0, 0])) == "hyflash-sure0"  # 0.1 < 0.8
+    assert confidence_bucket(lp, np.array([0, 0, 1, 0, 0])) == "hyflash-sure2"  # 0.7 < 0.8
+    assert confidence_bucket(lp[[0, 1, 3, 4]], np.zeros(4, dtype=int)) == "hyflash-sure3"
+    assert confidence_bucket(lp[[2]], np.array([0])) == "hyflash-sure0"
+    many = np.log(np.tile([[0.9, 0.1]], (15, 1)))
+    assert confidence_bucket(many, np.zeros(15, dtype=int)) == "hyflash-sure12"
 
 
 def test_ngram_index_matches_training_tables():

@@ -74,11 +74,14 @@ def run_once(engine, prompt: str, block_size, max_tokens: int) -> RunResult:
 
 
 def parse_configs(spec: str) -> list[tuple[str, str | int]]:
-    """'ngram:auto,ngram:4' -> [('ngram', 'auto'), ('ngram', 4)]."""
+    """'ngram:auto,ngram:4,hybrid:hyflash:8' -> [('ngram', 'auto'), ('ngram', 4),
+    ('hybrid:hyflash', 8)]: the block size follows the last colon."""
     configs = []
     for item in spec.split(","):
-        drafter, _, block = item.partition(":")
-        configs.append((drafter, "auto" if block in ("", "auto") else int(block)))
+        drafter, _, block = item.rpartition(":")
+        if not (block.isdigit() or block == "auto"):
+            drafter, block = item, "auto"
+        configs.append((drafter, "auto" if block == "auto" else int(block)))
     return configs
 
 
@@ -105,28 +108,42 @@ def cost_curve(engine, sizes: list[int], repeats: int) -> dict[int, float]:
     return {n: costs[n] for n in sizes}
 
 
+def bench_prompts(prompt_set: str, limit: int | None, per_set: int) -> list[tuple[str, str]]:
+    """(set, prompt) pairs: the 28 chat prompts, or the first `per_set` of every held-out
+    evaluation set (engine/hyflash/prompts.py; never in the drafter's training data)."""
+    if prompt_set == "chat":
+        return [("chat", p) for p in CHAT_PROMPTS[:limit]]
+    from engine.hyflash.prompts import eval_prompts
+
+    pairs = [(name, p.text) for name, ps in eval_prompts().items() for p in ps[:per_set]]
+    return pairs[:limit]
+
+
 def run_bench(args: argparse.Namespace) -> dict:
     from engine.engine import Engine
 
-    prompts = CHAT_PROMPTS[: args.prompts]
+    prompts = bench_prompts(args.prompt_set, args.prompts, args.per_set)
     configs = parse_configs(args.configs)
     engine = Engine(args.model, drafter="none", n_ctx=args.n_ctx, n_threads=args.threads)
-    totals = {"none:1": ConfigTotals("plain")}
-    for drafter, block in configs:
-        totals[f"{drafter}:{block}"] = ConfigTotals(f"{drafter} (block {block})")
+    keys = ["none:1", *(f"{d}:{b}" for d, b in configs)]
+    names = {"none:1": "plain", **{f"{d}:{b}": f"{d} (block {b})" for d, b in configs}}
+    sets = list(dict.fromkeys(name for name, _ in prompts))
+    totals = {(k, s): ConfigTotals(names[k]) for k in keys for s in [*sets, "all"]}
     per_prompt = []
-    for i, prompt in enumerate(prompts):
+    for i, (set_name, prompt) in enumerate(prompts):
         engine.set_drafter("none")
         plain = run_once(engine, prompt, 1, args.max_tokens)
-        totals["none:1"].add(plain)
-        row = {"prompt": i, "plain_tok_s": len(plain.tokens) / plain.decode_s}
+        for s in (set_name, "all"):
+            totals[("none:1", s)].add(plain)
+        row = {"prompt": i, "set": set_name, "plain_tok_s": len(plain.tokens) / plain.decode_s}
         for drafter, block in configs:
             engine.set_drafter(drafter)
             res = run_once(engine, prompt, block, args.max_tokens)
-            t = totals[f"{drafter}:{block}"]
-            t.add(res)
             same = res.tokens == plain.tokens
-            t.mismatches += 0 if same else 1
+            for s in (set_name, "all"):
+                t = totals[(f"{drafter}:{block}", s)]
+                t.add(res)
+                t.mismatches += 0 if same else 1
             row[f"{drafter}:{block}"] = {
                 "tok_s": len(res.tokens) / res.decode_s,
                 "tau": res.tau,
@@ -138,10 +155,17 @@ def run_bench(args: argparse.Namespace) -> dict:
     sizes = list(range(1, args.max_block + 1))
     curve = cost_curve(engine, sizes, args.repeats)
     t1 = curve[1]
-    plain = totals["none:1"]
     summary = []
-    for key, t in totals.items():
+    for key in keys:
+        t, plain = totals[(key, "all")], totals[("none:1", "all")]
         draft_ms = float(np.mean(t.draft_ms)) if t.draft_ms else 0.0
+        block = key.rpartition(":")[2]
+        # what the cost curve allows at this tau: tau x T(1) / (T(B) + drafting time)
+        bound = (
+            t.tau * t1 / (curve[int(block)] + draft_ms / 1000)
+            if block.isdigit() and int(block) in curve
+            else None
+        )
         summary.append(
             {
                 "config": t.name,
@@ -150,15 +174,25 @@ def run_bench(args: argparse.Namespace) -> dict:
                 "tok_s": t.tokens_per_s,
                 "tau": t.tau,
                 "speedup": t.tokens_per_s / plain.tokens_per_s,
+                "bound": bound,
                 "draft_ms": draft_ms,
                 "identical": t.mismatches == 0,
                 "mismatches": t.mismatches,
+                "per_set": {
+                    s: {
+                        "tau": totals[(key, s)].tau,
+                        "speedup": totals[(key, s)].tokens_per_s
+                        / totals[("none:1", s)].tokens_per_s,
+                    }
+                    for s in sets
+                },
             }
         )
     result = {
         "command": "hyflash bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else []),
         "machine": machine_info(engine.target.n_threads),
         "model": engine.model_id,
+        "prompt_set": args.prompt_set,
         "prompts": len(prompts),
         "max_tokens": args.max_tokens,
         "summary": summary,
@@ -171,18 +205,39 @@ def run_bench(args: argparse.Namespace) -> dict:
 
 def to_markdown(result: dict) -> str:
     lines = [
-        f"Model {result['model']}, {result['prompts']} prompts, {result['max_tokens']} tokens max, "
-        f"greedy; {result['machine']['cpu']}, {result['machine']['threads']} threads, "
-        f"git {result['machine']['git']}.",
+        f"Model {result['model']}, {result['prompts']} {result.get('prompt_set', 'chat')} "
+        f"prompts, {result['max_tokens']} tokens max, greedy; {result['machine']['cpu']}, "
+        f"{result['machine']['threads']} threads, git {result['machine']['git']}.",
         "",
-        "| config | tokens | tok/s | tau | speedup vs plain | draft ms/call | identical to plain |",
-        "|---|---|---|---|---|---|---|",
+        "| config | tokens | tok/s | tau | speedup vs plain | bound | draft ms/call "
+        "| identical to plain |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for s in result["summary"]:
+        bound = f"{s['bound']:.2f}x" if s.get("bound") is not None else "-"
         lines.append(
             f"| {s['config']} | {s['tokens']} | {s['tok_s']:.1f} | {s['tau']:.2f} | "
-            f"{s['speedup']:.2f}x | {s['draft_ms']:.2f} | {'yes' if s['identical'] else 'NO'} |"
+            f"{s['speedup']:.2f}x | {bound} | {s['draft_ms']:.2f} | "
+            f"{'yes' if s['identical'] else 'NO'} |"
         )
+    sets = list(result["summary"][0].get("per_set", {}))
+    if len(sets) > 1:
+        lines += [
+            "",
+            "Per set, speedup (tau):",
+            "",
+            "| config | " + " | ".join(sets) + " |",
+            "|---|" + "---|" * len(sets),
+        ]
+        for s in result["summary"][1:]:
+            lines.append(
+                f"| {s['config']} | "
+                + " | ".join(
+                    f"{s['per_set'][n]['speedup']:.2f}x ({s['per_set'][n]['tau']:.2f})"
+                    for n in sets
+                )
+                + " |"
+            )
     lines += ["", "Cost curve (time of a B-token decode over a 1-token decode):", ""]
     sizes = list(result["cost_ratio"])
     lines.append("| B | " + " | ".join(str(n) for n in sizes) + " |")
@@ -196,7 +251,8 @@ def to_markdown(result: dict) -> str:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.quick:
-        args.prompts, args.max_tokens, args.max_block, args.repeats = 3, 48, 8, 2
+        args.max_tokens, args.max_block, args.repeats, args.per_set = 48, 8, 2, 1
+        args.prompts = 3 if args.prompt_set == "chat" else args.prompts
     start = time.perf_counter()
     result = run_bench(args)
     result["elapsed_s"] = time.perf_counter() - start
@@ -207,6 +263,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "speed.json").write_text(json.dumps(result, indent=2))
         (out / "speed.md").write_text(md + "\n")
+        from engine.bench.plots import plot_cost_curve
+
+        plot_cost_curve(result, out)
     bad = [s for s in result["summary"] if not s["identical"]]
     finite = all(np.isfinite(s["tok_s"]) and np.isfinite(s["tau"]) for s in result["summary"])
     if bad or not finite:
@@ -219,7 +278,9 @@ def add_bench_parser(sub) -> None:
     p = sub.add_parser("bench", help="speed: plain vs speculative decoding in one run")
     p.add_argument("--model", default=None)
     p.add_argument("--configs", default="ngram:auto,ngram:2,ngram:4,ngram:8")
-    p.add_argument("--prompts", type=int, default=len(CHAT_PROMPTS))
+    p.add_argument("--prompt-set", default="chat", choices=["chat", "eval"])
+    p.add_argument("--prompts", type=int, default=None, help="first N prompts")
+    p.add_argument("--per-set", type=int, default=4, help="eval: first N of every set")
     p.add_argument("--max-tokens", type=int, default=192)
     p.add_argument("--max-block", type=int, default=16)
     p.add_argument("--repeats", type=int, default=5)

@@ -100,6 +100,22 @@ def ngram_candidates(
     return ids, match
 
 
+# ----- confidence buckets for the block-size chooser ------------------------------------
+
+SURE_LOGPROB = float(np.log(0.8))
+SURE_BUCKETS = (0, 1, 2, 3, 5, 8, 12)  # lower edges of the "leading sure slots" ranges
+
+
+def confidence_bucket(logprobs: np.ndarray, tokens: np.ndarray) -> str:
+    """Label a draft by how many leading slots the drafter is sure of (p >= 0.8), in ranges:
+    the block-size chooser learns acceptance per label, so confident drafts get long blocks
+    and unsure ones short or none, instead of one average over all drafts."""
+    top = logprobs[np.arange(len(tokens)), tokens] >= SURE_LOGPROB
+    sure = int(np.argmin(np.append(top, False)))
+    edge = max(e for e in SURE_BUCKETS if e <= sure)
+    return f"hyflash-sure{edge}"
+
+
 # ----- target identity check ---------------------------------------------------------------
 
 
@@ -381,7 +397,7 @@ class HyFlashDrafter:
             copy_lp, copy_ids = copy_lp[:n], copy_ids[:n]
         logits = self.mix_logits(vocab_lp[:n], copy_lp, copy_ids)
         tokens = np.argmax(logits, axis=1).astype(np.int32)
-        return Draft(tokens=tokens, logits=logits, bucket="hyflash")
+        return Draft(tokens=tokens, logits=logits, bucket=confidence_bucket(logits, tokens))
 
     def propose_raw(self, anchor: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """One propose-graph call: draft-vocab log-probs (B-1, V_draft) and, with the copy

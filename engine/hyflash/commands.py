@@ -7,19 +7,40 @@ import sys
 from pathlib import Path
 
 DEFAULT_CORPUS = Path("data/distill/smollm2-135m-instruct/answers.jsonl")
+EVAL_CORPUS = Path("data/distill/smollm2-135m-instruct/eval_answers.jsonl")
+CONVERSATIONS_CORPUS = Path("runs/data/sharegpt-answers.jsonl")  # rebuilt in seconds
+LONG_CORPUS = Path("data/distill/smollm2-135m-instruct/long_answers.jsonl")
+DEFAULT_OUT = {"train": DEFAULT_CORPUS, "eval": EVAL_CORPUS, "long": LONG_CORPUS}
+
+
+def selected_prompts(args: argparse.Namespace, target) -> tuple[list, int]:
+    """(prompts, longest prompt in tokens): training prompts (first `limit`), the first
+    `per_set` of every evaluation set, or long-context prompts of one bucket."""
+    from engine.hyflash.prompts import eval_prompts, train_prompts
+
+    if args.split == "train":
+        return train_prompts()[: args.limit], 512
+    if args.split == "eval":
+        sets = eval_prompts().values()
+        return [p for prompts in sets for p in prompts[: args.per_set]][: args.limit], 512
+    from engine.bench.longctx import long_prompts
+
+    lo, hi = (int(x) for x in args.bucket.split("-"))
+    return [lp.prompt for lp in long_prompts(target, lo, hi, args.per_set)][: args.limit], hi
 
 
 def cmd_data_generate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from engine.hyflash.distill import generate_corpus
-    from engine.hyflash.prompts import train_prompts
     from engine.models import resolve_target
     from engine.target import LlamaTarget
 
     _, path = resolve_target(args.model)
-    prompts = train_prompts()[: args.limit]
-    target = LlamaTarget(path, n_ctx=512, n_threads=args.threads)
+    out = Path(args.out or DEFAULT_OUT[args.split])
+    with LlamaTarget(path, n_ctx=64) as probe:
+        prompts, longest = selected_prompts(args, probe)
+    target = LlamaTarget(path, n_ctx=max(512, longest), n_threads=args.threads)
     bar = tqdm(total=len(prompts), unit="answer", file=sys.stderr)
 
     def progress(done: int, total: int, tok_s: float) -> None:
@@ -29,13 +50,63 @@ def cmd_data_generate(args: argparse.Namespace) -> int:
 
     try:
         written = generate_corpus(
-            target, prompts, Path(args.out), streams=args.streams, max_tokens=args.max_tokens,
-            n_threads=args.threads, progress=progress,
+            target,
+            prompts,
+            out,
+            streams=args.streams,
+            max_tokens=args.max_tokens,
+            max_prompt_tokens=longest,
+            n_threads=args.threads,
+            progress=progress,
         )
     finally:
         bar.close()
         target.close()
-    print(f"wrote {written} answers to {args.out}")
+    print(f"wrote {written} answers to {out}")
+    return 0
+
+
+def cmd_data_conversations(args: argparse.Namespace) -> int:
+    """ShareGPT first turns with the dataset's own answers, as token ids (no generation): the
+    cheap complement to self-distillation, labelled by the target at training time."""
+    import json
+
+    from engine.chat_template import ChatTemplate
+    from engine.hyflash.distill import done_keys
+    from engine.hyflash.prompts import sharegpt_conversations
+    from engine.models import resolve_target
+    from engine.target import LlamaTarget
+
+    _, path = resolve_target(args.model)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    have = done_keys(out) | done_keys(DEFAULT_CORPUS)  # prompts unlike the generated ones
+    written = 0
+    with LlamaTarget(path, n_ctx=64) as target, open(out, "a", encoding="utf-8") as f:
+        template = ChatTemplate.for_target(target)
+        for prompt, answer in sharegpt_conversations(args.limit + len(have)):
+            if written >= args.limit:
+                break
+            if prompt.key in have:
+                continue
+            prompt_ids = template.tokenize(target, [{"role": "user", "content": prompt.text}])
+            answer_ids = target.tokenize(answer, add_special=False, parse_special=False)
+            stop = "eos" if len(answer_ids) < args.max_tokens else "length"
+            answer_ids = answer_ids[: args.max_tokens] + (
+                [target.eos_token] if stop == "eos" else []
+            )
+            if len(prompt_ids) > 512 or len(answer_ids) < 8:
+                continue
+            row = {
+                "key": prompt.key,
+                "source": "sharegpt-answer",
+                "prompt_ids": prompt_ids,
+                "answer_ids": answer_ids,
+                "stop": stop,
+            }
+            f.write(json.dumps(row, separators=(",", ":")) + "\n")
+            written += 1
+    print(f"wrote {written} conversations to {out}")
     return 0
 
 
@@ -44,12 +115,29 @@ def add_data_parser(sub) -> None:
     dsub = data.add_subparsers(dest="data_command", required=True)
     gen = dsub.add_parser("generate", help="the target answers training prompts (resumable)")
     gen.add_argument("--model", default=None)
-    gen.add_argument("--out", default=str(DEFAULT_CORPUS))
-    gen.add_argument("--limit", type=int, default=None, help="first N training prompts")
+    gen.add_argument(
+        "--split",
+        default="train",
+        choices=["train", "eval", "long"],
+        help="training prompts, held-out evaluation prompts, or long-context prompts of "
+        "--bucket (the last two for benchmarks)",
+    )
+    gen.add_argument("--bucket", default="2048-4096", help="long: prompt tokens lo-hi")
+    gen.add_argument("--out", default=None, help=f"default {DEFAULT_CORPUS} / {EVAL_CORPUS}")
+    gen.add_argument("--limit", type=int, default=None, help="first N prompts")
+    gen.add_argument("--per-set", type=int, default=12, help="eval: first N of every set")
     gen.add_argument("--streams", type=int, default=8)
     gen.add_argument("--max-tokens", type=int, default=384)
     gen.add_argument("--threads", type=int, default=None)
     gen.set_defaults(func=cmd_data_generate)
+    conv = dsub.add_parser(
+        "conversations", help="ShareGPT turns with their own answers (prefill-labelled data)"
+    )
+    conv.add_argument("--model", default=None)
+    conv.add_argument("--out", default=str(CONVERSATIONS_CORPUS))
+    conv.add_argument("--limit", type=int, default=1000)
+    conv.add_argument("--max-tokens", type=int, default=384)
+    conv.set_defaults(func=cmd_data_conversations)
 
 
 def _split_val(keys: list[str], frac: float) -> tuple[list[int], list[int]]:
@@ -64,20 +152,15 @@ def _split_val(keys: list[str], frac: float) -> tuple[list[int], list[int]]:
 def cmd_train(args: argparse.Namespace) -> int:
     import hashlib
     import json
+    import time
 
     import torch
     import torch.distributed as dist
 
     from engine.hyflash.config import DrafterConfig, select_draft_vocab
+    from engine.hyflash.features import feature_cache, load_corpus
     from engine.hyflash.model import HyFlashModel
-    from engine.hyflash.train import (
-        Sequences,
-        TrainConfig,
-        feature_cache,
-        init_distributed,
-        load_corpus,
-        train,
-    )
+    from engine.hyflash.train import Sequences, TrainConfig, init_distributed, train
     from engine.models import resolve_target
 
     rank, world = init_distributed()
@@ -87,23 +170,45 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not tokens:
         print(f"error: no usable answers in {args.corpus}", file=sys.stderr)
         return 2
+    with_labels = args.labels == "target"
     digest = hashlib.sha1("|".join(keys).encode()).hexdigest()[:12]
-    cache = Path(args.cache or f"runs/features/{gguf.stem}-{digest}")
+    suffix = "-labels" if with_labels else ""
+    cache = Path(args.cache or f"runs/features/{gguf.stem}-{digest}{suffix}")
     if rank == 0:
-        feats = feature_cache(tokens, gguf, cache, threads=args.llama_threads)
+        start = time.perf_counter()
+        feats, labels = feature_cache(
+            tokens, gguf, cache, threads=args.llama_threads, with_labels=with_labels
+        )
+        n_tok = sum(len(t) for t in tokens)
+        took = time.perf_counter() - start
+        print(
+            f"features{' + labels' if with_labels else ''}: {n_tok} tokens ready in "
+            f"{took:.0f} s ({n_tok / max(took, 1e-9):.0f} tok/s; instant when cached)"
+        )
     if world > 1:
         dist.barrier()
     if rank != 0:
-        feats = feature_cache(tokens, gguf, cache)
-    data = Sequences([t for t in tokens], feats, prompt_lens)
+        feats, labels = feature_cache(tokens, gguf, cache, with_labels=with_labels)
+    # a subset after the cache, so data-budget experiments reuse the whole corpus's features
+    n = args.max_answers or len(tokens)
+    tokens, prompt_lens, keys, feats = tokens[:n], prompt_lens[:n], keys[:n], feats[:n]
+    labels = labels[:n] if labels is not None else None
+    data = Sequences([t for t in tokens], feats, prompt_lens, labels)
     train_idx, val_idx = _split_val(keys, args.val_frac)
     if args.config:
         cfg = DrafterConfig.load(args.config)
     else:
         cfg = DrafterConfig(
-            d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, window=args.window,
-            block_size=args.block_size, attention=args.attention, memory=args.memory,
-            history=args.history, cross_slot=not args.no_cross_slot, copy=not args.no_copy,
+            d_model=args.d_model,
+            n_layers=args.layers,
+            n_heads=args.heads,
+            window=args.window,
+            block_size=args.block_size,
+            attention=args.attention,
+            memory=args.memory,
+            history=args.history,
+            cross_slot=not args.no_cross_slot,
+            copy=not args.no_copy,
             draft_vocab_size=args.draft_vocab,
         )
     answer_tokens = [t[p:] for t, p in zip(tokens, prompt_lens, strict=True)]
@@ -115,20 +220,40 @@ def cmd_train(args: argparse.Namespace) -> int:
     torch.manual_seed(args.seed)  # same initial weights in every process and every rerun
     model = HyFlashModel.from_gguf(cfg, gguf, draft_ids)
     tcfg = TrainConfig(
-        steps=args.steps, batch_seqs=args.batch, anchors_per_seq=args.anchors, lr=args.lr,
-        warmup=min(args.warmup, max(1, args.steps // 10)), seed=args.seed,
-        eval_every=args.eval_every, ckpt_every=args.eval_every, threads=args.threads,
+        steps=args.steps,
+        batch_seqs=args.batch,
+        anchors_per_seq=args.anchors,
+        lr=args.lr,
+        warmup=min(args.warmup, max(1, args.steps // 10)),
+        seed=args.seed,
+        eval_every=args.eval_every,
+        ckpt_every=args.eval_every,
+        threads=args.threads,
     )
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         cfg.save(out / "config.json")
-        (out / "data.json").write_text(json.dumps({
-            "corpus": str(args.corpus), "answers": len(tokens), "train": len(train_idx),
-            "val": len(val_idx), "tokens": int(sum(len(t) for t in tokens)),
-            "answer_tokens": int(sum(len(a) for a in answer_tokens)),
-        }, indent=2))
-    history = train(model, data.subset(train_idx), data.subset(val_idx) if val_idx else None,
-                    tcfg, out, show_progress=not args.quiet)
+        (out / "data.json").write_text(
+            json.dumps(
+                {
+                    "corpus": str(args.corpus),
+                    "answers": len(tokens),
+                    "train": len(train_idx),
+                    "val": len(val_idx),
+                    "tokens": int(sum(len(t) for t in tokens)),
+                    "answer_tokens": int(sum(len(a) for a in answer_tokens)),
+                },
+                indent=2,
+            )
+        )
+    history = train(
+        model,
+        data.subset(train_idx),
+        data.subset(val_idx) if val_idx else None,
+        tcfg,
+        out,
+        show_progress=not args.quiet,
+    )
     if rank == 0 and history:
         print(f"final loss {history[-1]['loss']:.4f} after {len(history)} steps")
     if world > 1:
@@ -165,12 +290,20 @@ def cmd_export(args: argparse.Namespace) -> int:
     vals = [h["val"] for h in history if "val" in h]
     metrics = {"steps": state["step"], "final_loss": history[-1]["loss"] if history else None}
     if vals:
-        metrics.update(val_slot_accuracy=vals[-1]["slot_accuracy"],
-                       val_tau_estimate=vals[-1]["tau_estimate"])
+        metrics.update(
+            val_slot_accuracy=vals[-1]["slot_accuracy"], val_tau_estimate=vals[-1]["tau_estimate"]
+        )
     data = json.loads((run / "data.json").read_text()) if (run / "data.json").exists() else {}
-    path = export_drafter(model, args.out, target=target_identity(gguf), name=args.name,
-                          data=data, metrics=metrics, quantize=tuple(args.quantize),
-                          default_weights=args.default_weights)
+    path = export_drafter(
+        model,
+        args.out,
+        target=target_identity(gguf),
+        name=args.name,
+        data=data,
+        metrics=metrics,
+        quantize=tuple(args.quantize),
+        default_weights=args.default_weights,
+    )
     print(f"exported to {path}")
     return 0
 
@@ -202,6 +335,14 @@ def add_train_parsers(sub) -> None:
     tr.add_argument("--eval-every", type=int, default=250)
     tr.add_argument("--val-frac", type=float, default=0.05)
     tr.add_argument("--max-len", type=int, default=1024)
+    tr.add_argument("--max-answers", type=int, default=None, help="first N sequences only")
+    tr.add_argument(
+        "--labels",
+        default="tokens",
+        choices=["tokens", "target"],
+        help="train on the stored tokens (self-distilled answers) or on the "
+        "target's own prediction at every position (text it did not write)",
+    )
     tr.add_argument("--threads", type=int, default=1, help="torch threads")
     tr.add_argument("--llama-threads", type=int, default=None, help="threads for prefill")
     tr.add_argument("--quiet", action="store_true")

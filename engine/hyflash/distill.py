@@ -124,8 +124,10 @@ class BatchedGreedy:
                     chunk = ids[start : start + self.n_batch]
                     last = start + len(chunk) == len(ids)
                     self._decode(
-                        [(t, start + j, seq, last and j == len(chunk) - 1)
-                         for j, t in enumerate(chunk)]
+                        [
+                            (t, start + j, seq, last and j == len(chunk) - 1)
+                            for j, t in enumerate(chunk)
+                        ]
                     )
                 s = _Stream(prompt, ids, pos=len(ids))
                 s.answer.append(self._argmax(-1))  # the prompt's last row
@@ -180,8 +182,9 @@ def generate_corpus(
         if len(ids) <= max_prompt_tokens:
             todo.append((p, ids))
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    gen = BatchedGreedy(target, streams, max_prompt_tokens + max_tokens + 1,
-                        n_threads or target.n_threads)
+    gen = BatchedGreedy(
+        target, streams, max_prompt_tokens + max_tokens + 1, n_threads or target.n_threads
+    )
     written = 0
     start = time.perf_counter()
     tokens = 0

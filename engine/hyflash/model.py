@@ -138,11 +138,15 @@ class DrafterLayer(nn.Module):
         v = self._heads(self.v(x))
         ck, cv = self._heads(ctx_k), self._heads(ctx_v)
         scale = 1.0 / math.sqrt(self.head_dim)
-        s_ctx = q @ ck.transpose(-1, -2) * scale + ctx_bias[:, :, None, None, :]
+        # context shared by all anchors ("full"): contract without copying it per anchor
+        sub = "nhld" if ck.shape[1] == 1 and q.shape[1] > 1 else "nahld"
+        if sub == "nhld":
+            ck, cv = ck[:, 0], cv[:, 0]
+        s_ctx = torch.einsum(f"nahbd,{sub}->nahbl", q, ck) * scale + ctx_bias[:, :, None, None]
         s_slot = q @ k.transpose(-1, -2) * scale + slot_bias
         p = torch.softmax(torch.cat([s_ctx, s_slot], dim=-1), dim=-1)
         n_ctx = s_ctx.shape[-1]
-        att = p[..., :n_ctx] @ cv + p[..., n_ctx:] @ v  # (N, A, H, B, Dh)
+        att = torch.einsum(f"nahbl,{sub}->nahbd", p[..., :n_ctx], cv) + p[..., n_ctx:] @ v
         h = h + self.o(att.transpose(-2, -3).flatten(-2))
         if self.has_memory:
             mq = self.mem_q(self.norm_mem(h)).unflatten(-1, (self.mem_heads, self.mem_key_dim))
@@ -419,8 +423,10 @@ class HyFlashModel(nn.Module):
         lengths: Tensor | None = None,
         cand_ids: Tensor | None = None,
         cand_match: Tensor | None = None,
+        labels: Tensor | None = None,
     ) -> TrainOutput:
-        """Loss of slot k predicting tokens[anchor + k], weighted gamma**(k-1)."""
+        """Loss of slot k predicting tokens[anchor + k] (or labels[anchor + k]: what the target
+        predicts there, for text the target did not write), weighted gamma**(k-1)."""
         out, gate = self.forward_slots(
             features, tokens, anchors, lengths=lengths, cand_ids=cand_ids, cand_match=cand_match
         )
@@ -430,7 +436,9 @@ class HyFlashModel(nn.Module):
         k = torch.arange(1, self.cfg.block_size, device=tokens.device)
         tpos = anchors[..., None] + k  # (N, A, B-1)
         target_valid = tpos < lengths[:, None, None]
-        y = tokens[torch.arange(n, device=tokens.device)[:, None, None], tpos.clamp(max=t - 1)]
+        y = (tokens if labels is None else labels)[
+            torch.arange(n, device=tokens.device)[:, None, None], tpos.clamp(max=t - 1)
+        ]
         lp_y, reachable = self.target_logprob(out, y)
         use = (target_valid & reachable).float()
         w = use * self.slot_weight
@@ -471,8 +479,15 @@ class HyFlashModel(nn.Module):
             return vtok
         p_copy = out.copy_lp.exp()
         ids = out.copy_ids
-        same = ids[..., :, None] == ids[..., None, :]
-        copy_total = (same * p_copy[..., None, :]).sum(-1)  # mass of each entry's id
+        # mass of each entry's id: segment sums over the sorted ids (linear memory, which
+        # matters for full attention, where entries span the whole context)
+        sorted_ids, order = ids.sort(-1)
+        starts = torch.ones_like(sorted_ids, dtype=torch.bool)
+        starts[..., 1:] = sorted_ids[..., 1:] != sorted_ids[..., :-1]
+        segment = starts.cumsum(-1) - 1
+        sorted_p = p_copy.gather(-1, order)
+        seg_mass = torch.zeros_like(sorted_p).scatter_add(-1, segment, sorted_p)
+        copy_total = torch.empty_like(p_copy).scatter(-1, order, seg_mass.gather(-1, segment))
         d = self.target_to_draft[ids]
         pv = torch.where(d >= 0, p_vocab.gather(-1, d.clamp(min=0)), torch.zeros_like(p_copy))
         score = copy_total + pv

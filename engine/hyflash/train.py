@@ -35,6 +35,7 @@ class Sequences:
     tokens: list[np.ndarray]  # int64 (T,)
     features: list[np.ndarray]  # float16/32 (T, F): feature i predicts token i+1
     prompt_lens: list[int]
+    labels: list[np.ndarray] | None = None  # training targets when they are not the tokens
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -44,6 +45,7 @@ class Sequences:
             [self.tokens[i] for i in idx],
             [self.features[i] for i in idx],
             [self.prompt_lens[i] for i in idx],
+            None if self.labels is None else [self.labels[i] for i in idx],
         )
 
 
@@ -62,67 +64,6 @@ class TrainConfig:
     ckpt_every: int = 250
     val_anchors: int = 32
     threads: int = 1
-
-
-# ----- features by prefill --------------------------------------------------------------------
-
-
-def load_corpus(path: Path, max_len: int) -> tuple[list[np.ndarray], list[int], list[str]]:
-    from engine.hyflash.distill import load_answers
-
-    tokens, prompt_lens, keys = [], [], []
-    for row in load_answers(path):
-        seq = np.asarray(row["prompt_ids"] + row["answer_ids"], dtype=np.int64)[:max_len]
-        if len(row["answer_ids"]) < 2 or len(row["prompt_ids"]) >= len(seq) - 1:
-            continue
-        tokens.append(seq)
-        prompt_lens.append(len(row["prompt_ids"]))
-        keys.append(row["key"])
-    return tokens, prompt_lens, keys
-
-
-def feature_cache(
-    tokens: list[np.ndarray], gguf_path: Path, cache_dir: Path, *, threads: int | None = None,
-    progress=None,
-) -> list[np.ndarray]:
-    """Final-layer target features for every sequence, computed once by prefill into a float16
-    memmap (cache_dir/features.f16 + index.json); an interrupted run continues where it was."""
-    from engine.target import LlamaTarget
-
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    offsets = np.concatenate([[0], np.cumsum([len(t) for t in tokens])])
-    index_path = cache_dir / "index.json"
-    fingerprint = f"{gguf_path.name}:{len(tokens)}:{int(offsets[-1])}"
-    index = json.loads(index_path.read_text()) if index_path.exists() else {}
-    if index.get("fingerprint") != fingerprint:
-        index = {"fingerprint": fingerprint, "done": 0}
-    mode = "r+" if (cache_dir / "features.f16").exists() and index["done"] else "w+"
-    n_embd = None
-    target = None
-    if index["done"] < len(tokens):
-        target = LlamaTarget(gguf_path, n_ctx=max(len(t) for t in tokens) + 8, features=True,
-                             n_threads=threads)
-        n_embd = target.n_embd
-    else:
-        n_embd = int(index["n_embd"])
-    store = np.memmap(cache_dir / "features.f16", dtype=np.float16, mode=mode,
-                      shape=(int(offsets[-1]), n_embd))
-    index["n_embd"] = n_embd
-    try:
-        for i in range(index["done"], len(tokens)):
-            target.reset()
-            target.prefill(tokens[i].tolist())
-            store[offsets[i] : offsets[i + 1]] = target.features(0, len(tokens[i]))
-            if i % 50 == 49 or i == len(tokens) - 1:
-                store.flush()
-                index["done"] = i + 1
-                index_path.write_text(json.dumps(index))
-            if progress:
-                progress(i + 1, len(tokens))
-    finally:
-        if target is not None:
-            target.close()
-    return [store[offsets[i] : offsets[i + 1]] for i in range(len(tokens))]
 
 
 # ----- batches --------------------------------------------------------------------------------
@@ -152,8 +93,18 @@ def make_batch(data: Sequences, seq_idx: Sequence[int], anchors: np.ndarray) -> 
         tokens[row, :n] = torch.from_numpy(data.tokens[i])
         feats[row, :n] = torch.from_numpy(np.asarray(data.features[i], dtype=np.float32))
     lengths = torch.tensor([len(s) for s in seqs], dtype=torch.int64)
-    return {"features": feats, "tokens": tokens, "anchors": torch.from_numpy(anchors),
-            "lengths": lengths}
+    labels = None
+    if data.labels is not None:
+        labels = torch.zeros(len(seqs), t, dtype=torch.int64)
+        for row, i in enumerate(seq_idx):
+            labels[row, : len(data.labels[i])] = torch.from_numpy(data.labels[i])
+    return {
+        "features": feats,
+        "tokens": tokens,
+        "anchors": torch.from_numpy(anchors),
+        "lengths": lengths,
+        "labels": labels,
+    }
 
 
 def lr_at(step: int, tcfg: TrainConfig) -> float:
@@ -201,7 +152,9 @@ def evaluate(model: HyFlashModel, data: Sequences, n_anchors: int, seed: int = 1
     for start in range(0, len(data), 8):
         idx = list(range(start, min(len(data), start + 8)))
         b = make_batch(data, idx, sample_anchors(data, idx, n_anchors, rng))
-        out = model.forward_train(b["features"], b["tokens"], b["anchors"], lengths=b["lengths"])
+        out = model.forward_train(
+            b["features"], b["tokens"], b["anchors"], lengths=b["lengths"], labels=b["labels"]
+        )
         c = (out.correct & out.target_valid).sum((0, 1)).double()
         v = out.target_valid.sum((0, 1)).double()
         correct = c if correct is None else correct + c
@@ -221,14 +174,16 @@ class _TrainForward(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, features, tokens, anchors, lengths):
-        return self.model.forward_train(features, tokens, anchors, lengths=lengths)
+    def forward(self, features, tokens, anchors, lengths, labels):
+        return self.model.forward_train(features, tokens, anchors, lengths=lengths, labels=labels)
 
 
 def save_checkpoint(path: Path, model, opt, step: int, history: list[dict]) -> None:
     tmp = path.with_suffix(".tmp")
-    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
-                "history": history}, tmp)
+    torch.save(
+        {"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "history": history},
+        tmp,
+    )
     os.replace(tmp, path)
 
 
@@ -252,11 +207,8 @@ def train(
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(tcfg.seed)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=tcfg.lr, weight_decay=tcfg.weight_decay,
-                            betas=(0.9, 0.95))
-    ddp = (
-        torch.nn.parallel.DistributedDataParallel(_TrainForward(model)) if world > 1 else None
-    )
+    opt = torch.optim.AdamW(params, lr=tcfg.lr, weight_decay=tcfg.weight_decay, betas=(0.9, 0.95))
+    ddp = torch.nn.parallel.DistributedDataParallel(_TrainForward(model)) if world > 1 else None
     ckpt = out_dir / "checkpoint.pt"
     step, history = 0, []
     if ckpt.exists():
@@ -266,24 +218,25 @@ def train(
         step, history = state["step"], state["history"]
         log(f"resumed from step {step}")
     per_rank = tcfg.batch_seqs // world
-    bar = tqdm(total=tcfg.steps, initial=step, disable=not show_progress or rank != 0,
-               unit="step")
+    bar = tqdm(total=tcfg.steps, initial=step, disable=not show_progress or rank != 0, unit="step")
     tokens_seen, t0 = 0, time.perf_counter()
     while step < tcfg.steps:
         # the same global batch on every rank (seeded by step), each rank takes its slice
         rng = np.random.default_rng([tcfg.seed, step])
-        global_idx = rng.choice(len(train_data), size=tcfg.batch_seqs,
-                                replace=len(train_data) < tcfg.batch_seqs)
+        global_idx = rng.choice(
+            len(train_data), size=tcfg.batch_seqs, replace=len(train_data) < tcfg.batch_seqs
+        )
         global_anchors = sample_anchors(train_data, global_idx, tcfg.anchors_per_seq, rng)
         mine = slice(rank * per_rank, (rank + 1) * per_rank)
         b = make_batch(train_data, global_idx[mine].tolist(), global_anchors[mine])
         for group in opt.param_groups:
             group["lr"] = lr_at(step, tcfg)
         if ddp is not None:
-            out = ddp(b["features"], b["tokens"], b["anchors"], b["lengths"])
+            out = ddp(b["features"], b["tokens"], b["anchors"], b["lengths"], b["labels"])
         else:
-            out = model.forward_train(b["features"], b["tokens"], b["anchors"],
-                                      lengths=b["lengths"])
+            out = model.forward_train(
+                b["features"], b["tokens"], b["anchors"], lengths=b["lengths"], labels=b["labels"]
+            )
         use = (out.target_valid & out.reachable).float()
         w_local = (use * model.slot_weight).sum()
         w_global = _all_sum(w_local.detach())
@@ -297,16 +250,23 @@ def train(
         loss = float(_all_sum((out.loss * w_local).detach()) / w_global.clamp(min=1e-6))
         tokens_seen += int(b["anchors"].numel()) * world
         rate = tokens_seen / (time.perf_counter() - t0)
-        record = {"step": step, "loss": loss, "lr": lr_at(step - 1, tcfg),
-                  "grad_norm": float(grad_norm), "anchors_per_s": rate}
+        record = {
+            "step": step,
+            "loss": loss,
+            "lr": lr_at(step - 1, tcfg),
+            "grad_norm": float(grad_norm),
+            "anchors_per_s": rate,
+        }
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.3f}", anchors_s=f"{rate:.0f}")
         if val_data is not None and (step % tcfg.eval_every == 0 or step == tcfg.steps):
             record["val"] = evaluate(model, val_data, tcfg.val_anchors)
             if rank == 0:
                 acc = ", ".join(f"{a:.2f}" for a in record["val"]["slot_accuracy"])
-                log(f"step {step}: loss {loss:.3f}, val tau~{record['val']['tau_estimate']:.2f}"
-                    f", slot acc [{acc}], {rate:.0f} anchors/s")
+                log(
+                    f"step {step}: loss {loss:.3f}, val tau~{record['val']['tau_estimate']:.2f}"
+                    f", slot acc [{acc}], {rate:.0f} anchors/s"
+                )
         history.append(record)
         if rank == 0 and (step % tcfg.ckpt_every == 0 or step == tcfg.steps):
             save_checkpoint(ckpt, model, opt, step, history)

@@ -1,0 +1,232 @@
+"""Acceptance length of drafters as greedy decoding walks it, on held-out greedy answers.
+
+For greedy decoding the target's output is fixed, so a drafter can be judged without running
+the target: walk each stored answer as the speculative loop would (propose from the anchor,
+accept the longest matching prefix, commit it plus the target's next token, observe the
+committed tokens with their target features, repeat). tau = committed tokens / target
+decodes, exactly the engine's statistic, at a small fraction of the engine's cost; features
+come from one prefill per answer (engine/hyflash/features.py). The engine benchmark
+(`hyflash bench`) measures wall-clock speed on the same drafters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from engine.drafters.base import Drafter
+
+
+@dataclass
+class Walk:
+    committed: int = 0  # answer tokens committed
+    steps: int = 0  # target decodes (verify steps)
+    accepted: list[int] = field(default_factory=list)  # drafts accepted per step
+    propose_s: list[float] = field(default_factory=list)
+    memory_bytes: int = 0
+
+    @property
+    def tau(self) -> float:
+        return self.committed / max(self.steps, 1)
+
+
+def walk_answer(
+    drafter: Drafter, tokens: np.ndarray, features: np.ndarray | None, prompt_len: int, block: int
+) -> Walk:
+    """Walk one answer (tokens = prompt + answer, an end-of-text token included if the answer
+    ended so) with block size `block` (block - 1 drafted tokens per step)."""
+
+    def feats(a: int, b: int) -> np.ndarray | None:
+        if not drafter.wants_features or features is None:
+            return None
+        return np.asarray(features[a:b], dtype=np.float32)
+
+    result = Walk()
+    drafter.reset()
+    # as in the engine: the prefill stops before the prompt's last token, the first anchor
+    drafter.observe(tokens[: prompt_len - 1].tolist(), feats(0, prompt_len - 1))
+    a, last = prompt_len - 1, len(tokens) - 1
+    while a < last:
+        room = min(block - 1, last - a)
+        start = time.perf_counter()
+        draft = drafter.propose(int(tokens[a]), room).tokens[:room]
+        result.propose_s.append(time.perf_counter() - start)
+        n = 0
+        while n < len(draft) and int(draft[n]) == int(tokens[a + 1 + n]):
+            n += 1
+        result.accepted.append(n)
+        result.committed += min(n + 1, last - a)
+        result.steps += 1
+        drafter.observe(tokens[a : a + n + 1].tolist(), feats(a, a + n + 1))
+        a += n + 1
+    result.memory_bytes = drafter.memory_bytes()
+    return result
+
+
+# ----- command --------------------------------------------------------------------------------
+
+
+def _target_decode_ms(target, context: int = 256, n: int = 48) -> float:
+    """Median time of a 1-token target decode at a realistic context length."""
+    target.reset()
+    target.prefill([int(t) for t in np.arange(context) % 1000 + 100])
+    times = []
+    token = 100
+    for _ in range(n):
+        start = time.perf_counter()
+        out = target.decode([token])
+        times.append(time.perf_counter() - start)
+        token = int(np.argmax(out.logits[-1]))
+    return 1000 * float(np.median(times))
+
+
+def run(args: argparse.Namespace) -> dict:
+    from engine.bench.speed import machine_info
+    from engine.engine import make_drafter
+    from engine.hyflash.features import feature_cache, load_corpus
+    from engine.models import resolve_target
+    from engine.target import LlamaTarget
+
+    model_id, gguf = resolve_target(args.model)
+    tokens, prompt_lens, keys = load_corpus(Path(args.answers), args.max_len)
+    tokens, prompt_lens, keys = tokens[: args.limit], prompt_lens[: args.limit], keys[: args.limit]
+    digest = hashlib.sha1("|".join(keys).encode()).hexdigest()[:12]
+    feats, _ = feature_cache(
+        tokens, gguf, Path(args.cache or f"runs/features/{gguf.stem}-{digest}")
+    )
+    blocks = [int(b) for b in args.blocks.split(",")]
+    specs = [s.split("=", 1) if "=" in s else [s, s] for s in args.drafter]
+    rows = []
+    with LlamaTarget(gguf, n_ctx=512, n_threads=args.threads) as target:
+        decode_ms = _target_decode_ms(target)
+        for label, spec in specs:
+            drafter = make_drafter(spec, model_id, target)
+            for block in blocks:
+                walks = [
+                    walk_answer(drafter, t, f, p, block)
+                    for t, f, p in zip(tokens, feats, prompt_lens, strict=True)
+                ]
+                by_set: dict[str, list[Walk]] = defaultdict(list)
+                for key, w in zip(keys, walks, strict=True):
+                    by_set[key.split("/", 1)[0]].append(w)
+                propose = [s for w in walks for s in w.propose_s]
+                hist = np.bincount([n for w in walks for n in w.accepted], minlength=block)
+                rows.append(
+                    {
+                        "drafter": label,
+                        "spec": spec,
+                        "block": block,
+                        "tau": sum(w.committed for w in walks) / sum(w.steps for w in walks),
+                        "per_set_tau": {
+                            s: sum(w.committed for w in ws) / sum(w.steps for w in ws)
+                            for s, ws in sorted(by_set.items())
+                        },
+                        "accepted_histogram": hist.tolist(),
+                        "propose_ms": 1000 * float(np.median(propose)),
+                        "memory_bytes_max": max(w.memory_bytes for w in walks),
+                    }
+                )
+                print(
+                    f"{label} B={block}: tau {rows[-1]['tau']:.2f}, propose "
+                    f"{rows[-1]['propose_ms']:.2f} ms",
+                    file=sys.stderr,
+                )
+    return {
+        "command": "hyflash acceptance " + " ".join(sys.argv[2:]),
+        "machine": machine_info(args.threads or 0),
+        "model": model_id,
+        "answers": str(args.answers),
+        "sequences": len(tokens),
+        "answer_tokens": int(sum(len(t) - p for t, p in zip(tokens, prompt_lens, strict=True))),
+        "target_decode_ms": decode_ms,
+        "rows": rows,
+    }
+
+
+def to_markdown(result: dict) -> str:
+    blocks = sorted({r["block"] for r in result["rows"]})
+    labels = list(dict.fromkeys(r["drafter"] for r in result["rows"]))
+    by = {(r["drafter"], r["block"]): r for r in result["rows"]}
+    lines = [
+        f"{result['sequences']} held-out greedy answers ({result['answer_tokens']} tokens) of "
+        f"{result['model']}; 1-token target decode {result['target_decode_ms']:.2f} ms; "
+        f"git {result['machine']['git']}.",
+        "",
+        "| drafter | "
+        + " | ".join(f"tau B={b}" for b in blocks)
+        + " | propose ms | propose / decode | draft memory (max) |",
+        "|---|" + "---|" * (len(blocks) + 3),
+    ]
+    for label in labels:
+        first = by[(label, blocks[0])]
+        ms = float(np.median([by[(label, b)]["propose_ms"] for b in blocks]))
+        lines.append(
+            f"| {label} | "
+            + " | ".join(f"{by[(label, b)]['tau']:.2f}" for b in blocks)
+            + f" | {ms:.2f} | {100 * ms / result['target_decode_ms']:.0f}% "
+            f"| {first['memory_bytes_max'] / 1024:.0f} KiB |"
+        )
+    sets = sorted({s for r in result["rows"] for s in r["per_set_tau"]})
+    b = blocks[-1]
+    lines += [
+        "",
+        f"Per dataset, tau at B={b}:",
+        "",
+        "| drafter | " + " | ".join(sets) + " |",
+        "|---|" + "---|" * len(sets),
+    ]
+    for label in labels:
+        per = by[(label, b)]["per_set_tau"]
+        lines.append(
+            f"| {label} | " + " | ".join(f"{per.get(s, float('nan')):.2f}" for s in sets) + " |"
+        )
+    return "\n".join(lines)
+
+
+def cmd_acceptance(args: argparse.Namespace) -> int:
+    result = run(args)
+    md = to_markdown(result)
+    print(md)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "acceptance.json").write_text(json.dumps(result, indent=2))
+        (out / "acceptance.md").write_text(md + "\n")
+        from engine.bench.plots import plot_acceptance
+
+        plot_acceptance(result, out)
+    if not all(np.isfinite(r["tau"]) and r["tau"] >= 1.0 for r in result["rows"]):
+        print("FAILED: a tau was not finite or below 1", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_acceptance_parser(sub) -> None:
+    from engine.hyflash.commands import EVAL_CORPUS
+
+    p = sub.add_parser(
+        "acceptance", help="tau of drafters walked over held-out greedy answers (no target runs)"
+    )
+    p.add_argument(
+        "--drafter",
+        action="append",
+        required=True,
+        help="LABEL=SPEC, SPEC = ngram | drafter folder | hybrid:folder (repeatable)",
+    )
+    p.add_argument("--answers", default=str(EVAL_CORPUS))
+    p.add_argument("--blocks", default="4,8,16")
+    p.add_argument("--limit", type=int, default=None, help="first N answers")
+    p.add_argument("--max-len", type=int, default=1024)
+    p.add_argument("--model", default=None)
+    p.add_argument("--cache", default=None, help="feature cache folder")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--out", default=None, help="folder for acceptance.json and acceptance.md")
+    p.set_defaults(func=cmd_acceptance)

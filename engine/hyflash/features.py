@@ -1,0 +1,96 @@
+"""Training and evaluation data without torch: the self-distilled corpus as token arrays and
+the target's final-layer features for every position, computed once by prefill into a float16
+memmap cache (resumable). Used by training and by the acceptance benchmark."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def load_corpus(path: Path, max_len: int) -> tuple[list[np.ndarray], list[int], list[str]]:
+    from engine.hyflash.distill import load_answers
+
+    tokens, prompt_lens, keys = [], [], []
+    for row in load_answers(path):
+        seq = np.asarray(row["prompt_ids"] + row["answer_ids"], dtype=np.int64)[:max_len]
+        if len(row["answer_ids"]) < 2 or len(row["prompt_ids"]) >= len(seq) - 1:
+            continue
+        tokens.append(seq)
+        prompt_lens.append(len(row["prompt_ids"]))
+        keys.append(row["key"])
+    return tokens, prompt_lens, keys
+
+
+def feature_cache(
+    tokens: list[np.ndarray],
+    gguf_path: Path,
+    cache_dir: Path,
+    *,
+    threads: int | None = None,
+    progress=None,
+    with_labels: bool = False,
+) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+    """Final-layer target features for every sequence, computed once by prefill into a float16
+    memmap (cache_dir/features.f16 + index.json); an interrupted run continues where it was.
+
+    with_labels: also the target's greedy prediction for every position (labels[j] = argmax
+    of the logits after tokens[:j]; labels[0] = tokens[0]), from the same prefill with logits
+    on every row, into labels.i32: training targets for text the target did not write."""
+    from engine.target import LlamaTarget
+
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    offsets = np.concatenate([[0], np.cumsum([len(t) for t in tokens])])
+    total = int(offsets[-1])
+    index_path = cache_dir / "index.json"
+    fingerprint = f"{gguf_path.name}:{len(tokens)}:{total}" + (":labels" if with_labels else "")
+    index = json.loads(index_path.read_text()) if index_path.exists() else {}
+    if index.get("fingerprint") != fingerprint:
+        index = {"fingerprint": fingerprint, "done": 0}
+    mode = "r+" if (cache_dir / "features.f16").exists() and index["done"] else "w+"
+    target = None
+    if index["done"] < len(tokens):
+        target = LlamaTarget(
+            gguf_path, n_ctx=max(len(t) for t in tokens) + 8, features=True, n_threads=threads
+        )
+        index["n_embd"] = target.n_embd
+    store = np.memmap(
+        cache_dir / "features.f16", dtype=np.float16, mode=mode, shape=(total, int(index["n_embd"]))
+    )
+    labels = (
+        np.memmap(cache_dir / "labels.i32", dtype=np.int32, mode=mode, shape=(total,))
+        if with_labels
+        else None
+    )
+    try:
+        for i in range(index["done"], len(tokens)):
+            seq = tokens[i].tolist()
+            target.reset()
+            if labels is None:
+                target.prefill(seq)
+            else:
+                preds = [seq[0]]
+                for c in range(0, len(seq), target.n_batch):
+                    out = target.decode(seq[c : c + target.n_batch], all_logits=True)
+                    preds.extend(np.argmax(out.logits, axis=1).tolist())
+                labels[offsets[i] : offsets[i + 1]] = preds[: len(seq)]
+            store[offsets[i] : offsets[i + 1]] = target.features(0, len(seq))
+            if i % 50 == 49 or i == len(tokens) - 1:
+                store.flush()
+                if labels is not None:
+                    labels.flush()
+                index["done"] = i + 1
+                index_path.write_text(json.dumps(index))
+            if progress:
+                progress(i + 1, len(tokens))
+    finally:
+        if target is not None:
+            target.close()
+    feats = [store[offsets[i] : offsets[i + 1]] for i in range(len(tokens))]
+    if labels is None:
+        return feats, None
+    return feats, [
+        np.asarray(labels[offsets[i] : offsets[i + 1]], dtype=np.int64) for i in range(len(tokens))
+    ]

@@ -1,0 +1,32 @@
+"""Long-context benchmark prompts: in their token bucket, deterministic, from offline data."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def tokenizer_target(model_path):
+    from engine.target import LlamaTarget
+
+    with LlamaTarget(model_path, n_ctx=64) as t:
+        yield t
+
+
+@pytest.mark.parametrize("bucket", [(2048, 4096), (4096, 8192)])
+def test_long_prompts_fall_in_their_bucket(tokenizer_target, bucket):
+    from engine.bench.longctx import long_prompts
+    from engine.chat_template import ChatTemplate
+
+    lo, hi = bucket
+    prompts = long_prompts(tokenizer_target, lo, hi, per_set=2, seed=3)
+    assert {p.prompt.source for p in prompts} == {"hotpotqa", "essay"}
+    assert len(prompts) == 4 and len({p.prompt.key for p in prompts}) == 4
+    template = ChatTemplate.for_target(tokenizer_target)
+    for p in prompts:
+        ids = template.tokenize(tokenizer_target, [{"role": "user", "content": p.prompt.text}])
+        assert len(ids) == p.n_tokens and lo <= p.n_tokens < hi
+    again = long_prompts(tokenizer_target, lo, hi, per_set=2, seed=3)
+    assert [p.prompt.text for p in again] == [p.prompt.text for p in prompts]
+    hotpot = next(p for p in prompts if p.prompt.source == "hotpotqa").prompt.text
+    assert hotpot.startswith("Documents:") and "Question:" in hotpot
