@@ -183,7 +183,7 @@ def generate_tokens(
         draft_tokens = np.zeros(0, dtype=np.int32)
         draft_probs = None  # warped q rows, sampling with a probabilistic drafter only
         if max_draft > 0 and (fixed_block is not None or chooser.worth_drafting()):
-            draft = drafter.propose(anchor, max_draft)
+            draft = drafter.propose(anchor, max_draft, with_logits=not warp.greedy)
             draft_tokens = np.asarray(draft.tokens[:max_draft], dtype=np.int32)
             if draft.logits is not None and not warp.greedy:
                 draft_probs = np.stack(
@@ -225,9 +225,11 @@ def generate_tokens(
         # --- rollback and commit ----------------------------------------------------------
         target.truncate(start + a + 1)
         accepted = draft_tokens[:a].tolist()
+        t3 = time.perf_counter()
         drafter.observe(
             [anchor, *accepted], out.features[: a + 1] if out.features is not None else None
         )
+        observe_s = time.perf_counter() - t3  # drafter time too: folding in what was committed
         new_tokens = [*accepted, next_token]
         stream_tokens.extend(new_tokens)
         if chooser is not None:
@@ -235,7 +237,7 @@ def generate_tokens(
         counters.steps += 1
         counters.slot_propose[:k] += 1
         counters.slot_accept[:a] += 1
-        counters.draft_s += t1 - t0
+        counters.draft_s += t1 - t0 + observe_s
         counters.verify_s += t2 - t1
         anchor = next_token
 

@@ -57,7 +57,7 @@ class _Constant:
     def observe(self, tokens, features) -> None:
         self.seen += list(tokens)
 
-    def propose(self, anchor: int, max_tokens: int) -> Draft:
+    def propose(self, anchor: int, max_tokens: int, *, with_logits: bool = True) -> Draft:
         return Draft(np.full(max_tokens, 7, dtype=np.int32), bucket="constant")
 
     def memory_bytes(self) -> int:
@@ -71,7 +71,7 @@ def test_hybrid_uses_ngram_only_on_a_long_match():
     assert learned.seen == [1, 2, 3, 4, 5, 1, 2]  # both sides see every committed token
     long_match = hybrid.propose(3, 2)  # "1 2 3" occurred: copy what followed it
     assert long_match.tokens.tolist() == [4, 5] and long_match.bucket == "ngram3"
-    short_match = hybrid.propose(5, 2)  # only "5" and "2 5"? no: "1 2 5" never occurred
+    short_match = hybrid.propose(5, 2)  # "1 2 5" never occurred: the learned drafter
     assert short_match.tokens.tolist() == [7, 7] and short_match.bucket == "constant"
 
 

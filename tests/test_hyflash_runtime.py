@@ -121,6 +121,25 @@ def test_copy_path_reaches_out_of_vocabulary_tokens(stand_in, drafters):
     assert np.isfinite(draft.logits[:, outside]).any()
 
 
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_greedy_propose_without_logits_picks_the_same_tokens(stand_in, drafters, name):
+    """The greedy path scores only the draft-vocab winner and the copied ids; it must pick
+    the argmax of the full mixture and put the draft in the same confidence bucket."""
+    target, _, _ = stand_in
+    drafter = HyFlashDrafter.load(drafters[name][1], target)
+    tokens, feats, _ = _context(7, 40)
+    checked = 0
+    for i, token in enumerate(tokens.tolist()):
+        full = drafter.propose(token, 3)
+        fast = drafter.propose(token, 3, with_logits=False)
+        assert fast.logits is None
+        assert np.array_equal(fast.tokens, full.tokens), i
+        assert fast.bucket == full.bucket
+        drafter.observe([token], feats[i : i + 1].numpy())
+        checked += 1
+    assert checked == 40
+
+
 def test_empty_context_and_features_required(stand_in, drafters):
     target, _, _ = stand_in
     for _, path in drafters.values():

@@ -8,7 +8,6 @@ tokens/s, tau, the speedup ratio over plain decoding, and the cost curve T(B)/T(
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.bench.prompts import CHAT_PROMPTS
+from engine.bench.report import publish
 from engine.blocksize import profile_costs
 from engine.events import ErrorEvent, Finished, GenerationSettings
 
@@ -256,16 +256,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     result = run_bench(args)
     result["elapsed_s"] = time.perf_counter() - start
-    md = to_markdown(result)
-    print(md)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "speed.json").write_text(json.dumps(result, indent=2))
-        (out / "speed.md").write_text(md + "\n")
+    folder = publish(result, to_markdown(result), args.out, "speed")
+    if folder is not None:
         from engine.bench.plots import plot_cost_curve
 
-        plot_cost_curve(result, out)
+        plot_cost_curve(result, folder)
     bad = [s for s in result["summary"] if not s["identical"]]
     finite = all(np.isfinite(s["tok_s"]) and np.isfinite(s["tau"]) for s in result["summary"])
     if bad or not finite:

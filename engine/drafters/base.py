@@ -42,8 +42,10 @@ class Drafter(Protocol):
     def observe(self, tokens: Sequence[int], features: np.ndarray | None) -> None:
         """Fold newly committed tokens (and their target features, (n, d)) into the state."""
 
-    def propose(self, anchor: int, max_tokens: int) -> Draft:
-        """Propose up to max_tokens tokens that follow `anchor` (committed, not yet observed)."""
+    def propose(self, anchor: int, max_tokens: int, *, with_logits: bool = True) -> Draft:
+        """Propose up to max_tokens tokens that follow `anchor` (committed, not yet observed).
+        with_logits=False (greedy decoding): the draft's logits are not needed, so a drafter
+        may skip computing them."""
 
     def memory_bytes(self) -> int:
         """Bytes of draft-side state that grows or lives with the context (KV, recurrent state)."""

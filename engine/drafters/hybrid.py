@@ -29,11 +29,11 @@ class HybridDrafter:
         self.learned.observe(tokens, features)
         self.ngram.observe(tokens)
 
-    def propose(self, anchor: int, max_tokens: int) -> Draft:
+    def propose(self, anchor: int, max_tokens: int, *, with_logits: bool = True) -> Draft:
         draft = self.ngram.propose(anchor, max_tokens)
         if len(draft.tokens):
             return draft
-        return self.learned.propose(anchor, max_tokens)
+        return self.learned.propose(anchor, max_tokens, with_logits=with_logits)
 
     def memory_bytes(self) -> int:
         return self.learned.memory_bytes() + self.ngram.memory_bytes()

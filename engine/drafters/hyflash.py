@@ -195,6 +195,8 @@ class HyFlashDrafter:
         self._propose_outputs = [o.name for o in self._propose.get_outputs()]
         self._observe_outputs = [o.name for o in self._observe.get_outputs()]
         self.draft_ids = np.load(folder / DRAFT_VOCAB).astype(np.int64)
+        self._sorted_order = np.argsort(self.draft_ids)
+        self._sorted_draft_ids = self.draft_ids[self._sorted_order]
         self.embed = embed
         if embed.hidden_size != self.cfg.hidden_size:
             raise DrafterMismatchError("the target's embedding width does not match the drafter")
@@ -388,16 +390,52 @@ class HyFlashDrafter:
         self._state = state
         self._state_dirty = False
 
-    def propose(self, anchor: int, max_tokens: int) -> Draft:
+    def propose(self, anchor: int, max_tokens: int, *, with_logits: bool = True) -> Draft:
         if max_tokens <= 0:
             return Draft.empty()
         vocab_lp, copy_lp, copy_ids = self.propose_raw(anchor)
         n = min(max_tokens, self._n_slots)  # the block always runs whole; mix what is asked
         if copy_lp is not None:
             copy_lp, copy_ids = copy_lp[:n], copy_ids[:n]
+        if not with_logits:  # greedy: the winners without a scatter into the whole vocabulary
+            tokens, top = self.mixture_argmax(vocab_lp[:n], copy_lp, copy_ids)
+            return Draft(tokens=tokens, bucket=confidence_bucket(top[:, None], np.zeros(n, int)))
         logits = self.mix_logits(vocab_lp[:n], copy_lp, copy_ids)
         tokens = np.argmax(logits, axis=1).astype(np.int32)
         return Draft(tokens=tokens, logits=logits, bucket=confidence_bucket(logits, tokens))
+
+    def mixture_argmax(
+        self, vocab_lp: np.ndarray, copy_lp: np.ndarray | None, copy_ids: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per slot, the target id of highest mixture probability and its log-probability:
+        the winner is the draft-vocabulary argmax or one of the copied ids, so only those
+        candidates are scored (same result as argmax over mix_logits)."""
+        rows = np.arange(vocab_lp.shape[0])
+        vbest = np.argmax(vocab_lp, axis=1)
+        vtok = self.draft_ids[vbest]
+        vprob = np.exp(vocab_lp[rows, vbest].astype(np.float64))
+        if copy_lp is None:
+            return vtok.astype(np.int32), np.log(vprob)
+        p_copy = np.exp(copy_lp.astype(np.float64))
+        # every candidate id's total: its copy mass (all entries with that id) + vocab prob
+        cand = np.concatenate([copy_ids, vtok[:, None]], axis=1)  # (n, L + 2)
+        same = cand[:, :, None] == copy_ids[:, None, :]  # (n, L + 2, L + 1)
+        mass = (same * p_copy[:, None, :]).sum(-1)
+        slot = self._draft_slot(cand)
+        in_vocab = slot >= 0
+        vocab_mass = np.where(
+            in_vocab, np.exp(vocab_lp[rows[:, None], np.maximum(slot, 0)].astype(np.float64)), 0
+        )
+        score = mass + vocab_mass
+        best = np.argmax(score, axis=1)
+        return cand[rows, best].astype(np.int32), np.log(score[rows, best])
+
+    def _draft_slot(self, ids: np.ndarray) -> np.ndarray:
+        """Index of each target id in the draft vocabulary, -1 where it is not there."""
+        pos = np.searchsorted(self._sorted_draft_ids, ids)
+        pos = np.minimum(pos, len(self._sorted_draft_ids) - 1)
+        hit = self._sorted_draft_ids[pos] == ids
+        return np.where(hit, self._sorted_order[pos], -1)
 
     def propose_raw(self, anchor: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """One propose-graph call: draft-vocab log-probs (B-1, V_draft) and, with the copy

@@ -39,7 +39,7 @@ class NgramDrafter:
                 if j >= n:
                     self.index[n][tuple(history[j - n : j])] = j
 
-    def propose(self, anchor: int, max_tokens: int) -> Draft:
+    def propose(self, anchor: int, max_tokens: int, *, with_logits: bool = True) -> Draft:
         if max_tokens <= 0:
             return Draft.empty()
         history = self.history

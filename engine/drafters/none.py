@@ -19,7 +19,7 @@ class NoDrafter:
     def observe(self, tokens: Sequence[int], features: np.ndarray | None) -> None:
         pass
 
-    def propose(self, anchor: int, max_tokens: int) -> Draft:
+    def propose(self, anchor: int, max_tokens: int, *, with_logits: bool = True) -> Draft:
         return Draft.empty()
 
     def memory_bytes(self) -> int:

@@ -149,16 +149,59 @@ def _split_val(keys: list[str], frac: float) -> tuple[list[int], list[int]]:
     return [i for i in range(len(keys)) if i not in chosen], val
 
 
-def cmd_train(args: argparse.Namespace) -> int:
+def _corpus_with_features(
+    path: Path,
+    with_labels: bool,
+    args: argparse.Namespace,
+    gguf: Path,
+    cache: str | None,
+    max_answers: int | None,
+):
+    """(tokens, prompt_lens, keys, features, labels or None) of one corpus, features (and
+    target labels) from the prefill cache; rank 0 fills the cache, the others wait for it."""
     import hashlib
-    import json
     import time
+
+    import torch.distributed as dist
+
+    from engine.hyflash.features import feature_cache, load_corpus
+
+    tokens, prompt_lens, keys = load_corpus(path, args.max_len)
+    if not tokens:
+        return [], [], [], [], None
+    digest = hashlib.sha1("|".join(keys).encode()).hexdigest()[:12]
+    suffix = "-labels" if with_labels else ""
+    cache_dir = Path(cache or f"runs/features/{gguf.stem}-{digest}{suffix}")
+    distributed = dist.is_available() and dist.is_initialized()
+    rank = dist.get_rank() if distributed else 0
+    if rank == 0:
+        start = time.perf_counter()
+        feats, labels = feature_cache(
+            tokens, gguf, cache_dir, threads=args.llama_threads, with_labels=with_labels
+        )
+        n_tok = sum(len(t) for t in tokens)
+        took = time.perf_counter() - start
+        print(
+            f"{path.name}: features{' + labels' if with_labels else ''} of {n_tok} tokens "
+            f"ready in {took:.0f} s ({n_tok / max(took, 1e-9):.0f} tok/s; instant when cached)"
+        )
+    if distributed:
+        dist.barrier()
+    if rank != 0:
+        feats, labels = feature_cache(tokens, gguf, cache_dir, with_labels=with_labels)
+    # a subset after the cache, so data-budget experiments reuse the whole corpus's features
+    n = max_answers or len(tokens)
+    labels = labels[:n] if labels is not None else None
+    return tokens[:n], prompt_lens[:n], keys[:n], feats[:n], labels
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import json
 
     import torch
     import torch.distributed as dist
 
     from engine.hyflash.config import DrafterConfig, select_draft_vocab
-    from engine.hyflash.features import feature_cache, load_corpus
     from engine.hyflash.model import HyFlashModel
     from engine.hyflash.train import Sequences, TrainConfig, init_distributed, train
     from engine.models import resolve_target
@@ -166,33 +209,21 @@ def cmd_train(args: argparse.Namespace) -> int:
     rank, world = init_distributed()
     _, gguf = resolve_target(args.model)
     out = Path(args.out)
-    tokens, prompt_lens, keys = load_corpus(Path(args.corpus), args.max_len)
+    tokens, prompt_lens, keys, feats, labels = _corpus_with_features(
+        Path(args.corpus), args.labels == "target", args, gguf, args.cache, args.max_answers
+    )
     if not tokens:
         print(f"error: no usable answers in {args.corpus}", file=sys.stderr)
         return 2
-    with_labels = args.labels == "target"
-    digest = hashlib.sha1("|".join(keys).encode()).hexdigest()[:12]
-    suffix = "-labels" if with_labels else ""
-    cache = Path(args.cache or f"runs/features/{gguf.stem}-{digest}{suffix}")
-    if rank == 0:
-        start = time.perf_counter()
-        feats, labels = feature_cache(
-            tokens, gguf, cache, threads=args.llama_threads, with_labels=with_labels
+    if args.extra_corpus:  # text the target did not write: always its own predictions
+        more = _corpus_with_features(Path(args.extra_corpus), True, args, gguf, None, None)
+        labels = [*(labels if labels is not None else tokens), *more[4]]
+        tokens, prompt_lens, keys, feats = (
+            [*tokens, *more[0]],
+            [*prompt_lens, *more[1]],
+            [*keys, *more[2]],
+            [*feats, *more[3]],
         )
-        n_tok = sum(len(t) for t in tokens)
-        took = time.perf_counter() - start
-        print(
-            f"features{' + labels' if with_labels else ''}: {n_tok} tokens ready in "
-            f"{took:.0f} s ({n_tok / max(took, 1e-9):.0f} tok/s; instant when cached)"
-        )
-    if world > 1:
-        dist.barrier()
-    if rank != 0:
-        feats, labels = feature_cache(tokens, gguf, cache, with_labels=with_labels)
-    # a subset after the cache, so data-budget experiments reuse the whole corpus's features
-    n = args.max_answers or len(tokens)
-    tokens, prompt_lens, keys, feats = tokens[:n], prompt_lens[:n], keys[:n], feats[:n]
-    labels = labels[:n] if labels is not None else None
     data = Sequences([t for t in tokens], feats, prompt_lens, labels)
     train_idx, val_idx = _split_val(keys, args.val_frac)
     if args.config:
@@ -211,7 +242,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             copy=not args.no_copy,
             draft_vocab_size=args.draft_vocab,
         )
-    answer_tokens = [t[p:] for t, p in zip(tokens, prompt_lens, strict=True)]
+    # what the slots must predict: the target's labels where the text is not its own
+    answer_tokens = [t[p:] for t, p in zip(labels or tokens, prompt_lens, strict=True)]
     eog = _eog_ids(gguf)
     draft_ids = None
     if cfg.draft_vocab_size:
@@ -242,6 +274,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                     "val": len(val_idx),
                     "tokens": int(sum(len(t) for t in tokens)),
                     "answer_tokens": int(sum(len(a) for a in answer_tokens)),
+                    "extra_corpus": args.extra_corpus,
                 },
                 indent=2,
             )
@@ -282,7 +315,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     _, gguf = resolve_target(args.model)
     run = Path(args.run)
     cfg = DrafterConfig.load(run / "config.json")
-    state = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=False)
+    state = torch.load(run / args.checkpoint, map_location="cpu", weights_only=False)
     model = HyFlashModel.from_gguf(cfg, gguf, state["model"]["draft_ids"].numpy())
     model.load_state_dict(state["model"])
     model.eval()
@@ -304,8 +337,27 @@ def cmd_export(args: argparse.Namespace) -> int:
         quantize=tuple(args.quantize),
         default_weights=args.default_weights,
     )
+    if args.keep_only:
+        _keep_only_weights(Path(path), args.keep_only)
     print(f"exported to {path}")
     return 0
+
+
+def _keep_only_weights(folder: Path, keep: str) -> None:
+    """Ship one weight variant: delete the other graph files and drop them from the card."""
+    import json
+
+    card_path = folder / "card.json"
+    card = json.loads(card_path.read_text())
+    for graph, variants in card["files"].items():
+        if keep not in variants:
+            raise SystemExit(f"error: no {keep} weights were exported for {graph}")
+        for variant, name in list(variants.items()):
+            if variant != keep:
+                (folder / name).unlink()
+                del variants[variant]
+    card["default_weights"] = keep
+    card_path.write_text(json.dumps(card, indent=2))
 
 
 def add_train_parsers(sub) -> None:
@@ -337,6 +389,12 @@ def add_train_parsers(sub) -> None:
     tr.add_argument("--max-len", type=int, default=1024)
     tr.add_argument("--max-answers", type=int, default=None, help="first N sequences only")
     tr.add_argument(
+        "--extra-corpus",
+        default=None,
+        help="a second corpus of text the target did not write (hyflash data "
+        "conversations), trained on the target's labels",
+    )
+    tr.add_argument(
         "--labels",
         default="tokens",
         choices=["tokens", "target"],
@@ -353,6 +411,17 @@ def add_train_parsers(sub) -> None:
     ex.add_argument("--out", required=True)
     ex.add_argument("--model", default=None)
     ex.add_argument("--name", default="hyflash")
+    ex.add_argument(
+        "--checkpoint",
+        default="checkpoint.pt",
+        help="checkpoint.pt (last) or best.pt (best validation)",
+    )
     ex.add_argument("--quantize", nargs="*", default=["int8"], choices=["int8", "int4"])
+    ex.add_argument(
+        "--keep-only",
+        default=None,
+        choices=["fp32", "int8", "int4"],
+        help="ship one weight variant (a smaller folder)",
+    )
     ex.add_argument("--default-weights", default=None, choices=["fp32", "int8", "int4"])
     ex.set_defaults(func=cmd_export)

@@ -270,6 +270,10 @@ def train(
         history.append(record)
         if rank == 0 and (step % tcfg.ckpt_every == 0 or step == tcfg.steps):
             save_checkpoint(ckpt, model, opt, step, history)
+            # small corpora overfit: keep the weights that validated best as well
+            vals = [h["val"]["tau_estimate"] for h in history if "val" in h]
+            if vals and vals[-1] >= max(vals):
+                save_checkpoint(out_dir / "best.pt", model, opt, step, history)
             (out_dir / "history.json").write_text(json.dumps(history))
     bar.close()
     if rank == 0:
