@@ -12,7 +12,6 @@ come from one prefill per answer (engine/hyflash/features.py). The engine benchm
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 import time
 from collections import defaultdict
@@ -93,16 +92,15 @@ def _target_decode_ms(target, context: int = 256, n: int = 48) -> float:
 def run(args: argparse.Namespace) -> dict:
     from engine.bench.speed import machine_info
     from engine.engine import make_drafter
-    from engine.hyflash.features import feature_cache, load_corpus
+    from engine.hyflash.features import cache_dir_for, feature_cache, load_corpus
     from engine.models import resolve_target
     from engine.target import LlamaTarget
 
     model_id, gguf = resolve_target(args.model)
     tokens, prompt_lens, keys = load_corpus(Path(args.answers), args.max_len)
     tokens, prompt_lens, keys = tokens[: args.limit], prompt_lens[: args.limit], keys[: args.limit]
-    digest = hashlib.sha1("|".join(keys).encode()).hexdigest()[:12]
     feats, _ = feature_cache(
-        tokens, gguf, Path(args.cache or f"runs/features/{gguf.stem}-{digest}")
+        tokens, gguf, Path(args.cache) if args.cache else cache_dir_for(gguf, keys)
     )
     blocks = [int(b) for b in args.blocks.split(",")]
     specs = [s.split("=", 1) if "=" in s else [s, s] for s in args.drafter]

@@ -13,8 +13,6 @@ from engine.drafters.ngram import NgramDrafter
 
 
 class HybridDrafter:
-    wants_features = True
-
     def __init__(self, learned: Drafter, min_match: int = 3) -> None:
         self.learned = learned
         self.ngram = NgramDrafter(max_ngram=max(3, min_match), min_ngram=min_match)

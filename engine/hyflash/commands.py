@@ -159,19 +159,16 @@ def _corpus_with_features(
 ):
     """(tokens, prompt_lens, keys, features, labels or None) of one corpus, features (and
     target labels) from the prefill cache; rank 0 fills the cache, the others wait for it."""
-    import hashlib
     import time
 
     import torch.distributed as dist
 
-    from engine.hyflash.features import feature_cache, load_corpus
+    from engine.hyflash.features import cache_dir_for, feature_cache, load_corpus
 
     tokens, prompt_lens, keys = load_corpus(path, args.max_len)
     if not tokens:
         return [], [], [], [], None
-    digest = hashlib.sha1("|".join(keys).encode()).hexdigest()[:12]
-    suffix = "-labels" if with_labels else ""
-    cache_dir = Path(cache or f"runs/features/{gguf.stem}-{digest}{suffix}")
+    cache_dir = Path(cache) if cache else cache_dir_for(gguf, keys, with_labels)
     distributed = dist.is_available() and dist.is_initialized()
     rank = dist.get_rank() if distributed else 0
     if rank == 0:

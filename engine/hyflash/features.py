@@ -24,6 +24,15 @@ def load_corpus(path: Path, max_len: int) -> tuple[list[np.ndarray], list[int], 
     return tokens, prompt_lens, keys
 
 
+def cache_dir_for(gguf_path: Path, keys: list[str], with_labels: bool = False) -> Path:
+    """The default cache folder of a corpus: named by the target and the answers' keys, so
+    training and benchmarks on the same answers share one prefill."""
+    import hashlib
+
+    digest = hashlib.sha1("|".join(keys).encode()).hexdigest()[:12]
+    return Path("runs/features") / f"{gguf_path.stem}-{digest}{'-labels' if with_labels else ''}"
+
+
 def feature_cache(
     tokens: list[np.ndarray],
     gguf_path: Path,
