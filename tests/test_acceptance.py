@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -89,7 +90,56 @@ def test_acceptance_command_on_stored_answers(tmp_path, capsys):
     for r in rows.values():
         assert 1.0 <= r["tau"] <= r["block"]
         assert sum(r["accepted_histogram"]) > 0
+        reach = r["accepted_by_reach"]
+        assert set(reach) <= {"near", "distant", "novel"} and "novel" in reach
+        assert sum(v["steps"] for v in reach.values()) > 0 and 0 <= r["late_slot_accept"] <= 1
     assert "| ngram |" in capsys.readouterr().out
     for name in ("acceptance_per_slot.png", "tau_by_block.png"):
         png = (tmp_path / "out" / name).read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_acceptance_over_several_answers_files_reports_each(tmp_path, monkeypatch, capsys):
+    """One column per answers file (the long-context table): tau, mean context and draft
+    memory per file, and the context plots."""
+    from engine.cli import main
+    from engine.hyflash.commands import EVAL_CORPUS
+
+    rows = Path(EVAL_CORPUS).resolve().read_text().splitlines()
+    short, longer = tmp_path / "short.jsonl", tmp_path / "longer.jsonl"
+    by_len = sorted(rows, key=lambda r: len(json.loads(r)["prompt_ids"]))
+    short.write_text("\n".join(by_len[:2]) + "\n")
+    longer.write_text("\n".join(by_len[-2:]) + "\n")
+    monkeypatch.chdir(tmp_path)  # feature caches go to ./runs/features
+    code = main(["acceptance", "--drafter", "ngram", "--drafter", "hyflash", "--blocks", "4",
+                 "--answers", str(short), "--answers", str(longer), "--out", "out",
+                 "--threads", "1"])
+    assert code == 0
+    result = json.loads((tmp_path / "out" / "acceptance.json").read_text())
+    assert result["sequences"] == 4
+    for r in result["rows"]:
+        per = r["per_file"]
+        assert set(per) == {"short", "longer"}
+        assert per["short"]["context_tokens_mean"] < per["longer"]["context_tokens_mean"]
+        assert all(1.0 <= v["tau"] <= 4 for v in per.values())
+    hyflash = next(r for r in result["rows"] if r["drafter"] == "hyflash")["per_file"]
+    # a fixed window and state: the same draft memory at both context lengths
+    assert hyflash["short"]["memory_bytes_max"] == hyflash["longer"]["memory_bytes_max"] > 0
+    assert "Per answers file" in capsys.readouterr().out
+    for name in ("tau_vs_context.png", "memory_vs_context.png"):
+        assert (tmp_path / "out" / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_continuation_reach_classifies_repeats_by_distance():
+    from engine.bench.acceptance import continuation_reach
+
+    filler = list(range(100, 200))  # 100 distinct tokens
+    seq = np.array([1, 2, 3, 4, 5, *filler, 1, 2, 3, 4, 9, 8, 7, 1, 2, 3, 4])
+    reach = continuation_reach(seq, near=64)
+    first, second, third = 0, 105, 112
+    assert reach[first] == "novel"  # nothing before it
+    assert reach[second] == "distant"  # 1 2 3 4 last seen 105 tokens back
+    assert reach[third] == "near"  # ... and 7 tokens back
+    assert reach[second + 1] == "novel"  # 2 3 4 9 never occurred (2 3 4 5 did)
+    assert reach[50] == "novel"
+    assert reach[-1] == "novel"  # too close to the end to hold 4 tokens

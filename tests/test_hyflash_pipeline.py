@@ -147,6 +147,27 @@ def test_prefill_labels_are_the_targets_greedy_predictions(corpus, model_path, t
     assert all(np.array_equal(a, b) for a, b in zip(labels, labels2, strict=True))
 
 
+def test_grown_corpus_copies_cached_sequences_and_prefills_only_new_ones(
+    corpus, model_path, tmp_path
+):
+    from engine.hyflash.features import cache_dir_for, feature_cache, load_corpus
+
+    tokens, _, keys = load_corpus(corpus, 1024)
+    assert len(tokens) >= 3
+    root = tmp_path / "features"
+    old_dir = root / cache_dir_for(model_path, keys[:2]).name
+    old, _ = feature_cache(tokens[:2], model_path, old_dir)
+    # mark the cached copy: a copy keeps the mark, a fresh prefill would not
+    old[0][:] = 7.0
+    old[0].base.flush()
+    grown_dir = root / cache_dir_for(model_path, keys).name
+    grown, _ = feature_cache(tokens, model_path, grown_dir)
+    assert np.all(grown[0] == 7.0)
+    fresh, _ = feature_cache(tokens[2:3], model_path, tmp_path / "alone" / "fresh")
+    assert np.array_equal(grown[2], fresh[0])
+    assert json.loads((grown_dir / "index.json").read_text())["done"] == len(tokens)
+
+
 def test_conversations_corpus_and_training_on_target_labels(tmp_path):
     from engine.hyflash.distill import load_answers
 

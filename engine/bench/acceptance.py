@@ -30,11 +30,31 @@ class Walk:
     steps: int = 0  # target decodes (verify steps)
     accepted: list[int] = field(default_factory=list)  # drafts accepted per step
     drafter_s: list[float] = field(default_factory=list)  # per step: propose + observe
+    reach: list[str] = field(default_factory=list)  # per step: continuation_reach() class
     memory_bytes: int = 0
 
     @property
     def tau(self) -> float:
         return self.committed / max(self.steps, 1)
+
+
+NEAR = 64  # tokens: HyFlash's attention window
+
+
+def continuation_reach(tokens: np.ndarray, near: int = NEAR) -> list[str]:
+    """Per anchor position a: where the continuation tokens[a : a + 4] (anchor and the next
+    three) last occurred in the committed context tokens[: a + 1]: "near" (starting within
+    `near` tokens of the anchor), "distant" (only farther back) or "novel" (nowhere). Steps
+    whose continuation is a distant repeat test a drafter's memory of the whole context."""
+    seq = [int(t) for t in tokens]
+    last: dict[tuple[int, ...], int] = {}
+    out = []
+    for a in range(len(seq)):
+        if a >= 3:
+            last[tuple(seq[a - 3 : a + 1])] = a - 3
+        j = last.get(tuple(seq[a : a + 4])) if a + 4 <= len(seq) else None
+        out.append("novel" if j is None else ("near" if a - j <= near else "distant"))
+    return out
 
 
 def walk_answer(
@@ -49,6 +69,7 @@ def walk_answer(
         return np.asarray(features[a:b], dtype=np.float32)
 
     result = Walk()
+    reach = continuation_reach(tokens)
     drafter.reset()
     # as in the engine: the prefill stops before the prompt's last token, the first anchor
     drafter.observe(tokens[: prompt_len - 1].tolist(), feats(0, prompt_len - 1))
@@ -62,6 +83,7 @@ def walk_answer(
         while n < len(draft) and int(draft[n]) == int(tokens[a + 1 + n]):
             n += 1
         result.accepted.append(n)
+        result.reach.append(reach[a])
         result.committed += min(n + 1, last - a)
         result.steps += 1
         start = time.perf_counter()
@@ -97,11 +119,18 @@ def run(args: argparse.Namespace) -> dict:
     from engine.target import LlamaTarget
 
     model_id, gguf = resolve_target(args.model)
-    tokens, prompt_lens, keys = load_corpus(Path(args.answers), args.max_len)
-    tokens, prompt_lens, keys = tokens[: args.limit], prompt_lens[: args.limit], keys[: args.limit]
-    feats, _ = feature_cache(
-        tokens, gguf, Path(args.cache) if args.cache else cache_dir_for(gguf, keys)
-    )
+    if args.cache and len(args.answers) > 1:
+        raise SystemExit("--cache names one answers file's feature cache; give one --answers")
+    tokens, prompt_lens, keys, feats, files = [], [], [], [], []
+    for answers in args.answers:
+        t, p, k = load_corpus(Path(answers), args.max_len)
+        t, p, k = t[: args.limit], p[: args.limit], k[: args.limit]
+        cache = Path(args.cache) if args.cache else cache_dir_for(gguf, k)
+        tokens += t
+        prompt_lens += p
+        keys += k
+        feats += feature_cache(t, gguf, cache)[0]
+        files += [Path(answers).stem] * len(t)
     blocks = [int(b) for b in args.blocks.split(",")]
     specs = [s.split("=", 1) if "=" in s else [s, s] for s in args.drafter]
     rows = []
@@ -115,10 +144,19 @@ def run(args: argparse.Namespace) -> dict:
                     for t, f, p in zip(tokens, feats, prompt_lens, strict=True)
                 ]
                 by_set: dict[str, list[Walk]] = defaultdict(list)
-                for key, w in zip(keys, walks, strict=True):
+                by_file: dict[str, list[tuple[Walk, int]]] = defaultdict(list)
+                for key, w, f, t in zip(keys, walks, files, tokens, strict=True):
                     by_set[key.split("/", 1)[0]].append(w)
+                    by_file[f].append((w, len(t)))
                 propose = [s for w in walks for s in w.drafter_s]
                 hist = np.bincount([n for w in walks for n in w.accepted], minlength=block)
+                by_reach: dict[str, list[int]] = defaultdict(list)
+                for w in walks:
+                    for n, r in zip(w.accepted, w.reach, strict=True):
+                        by_reach[r].append(n)
+                # P(slot k accepted) for the second half of the block's slots
+                at_least = hist[::-1].cumsum()[::-1] / max(hist.sum(), 1)
+                late = at_least[max(1, block // 2) : block]
                 rows.append(
                     {
                         "drafter": label,
@@ -129,7 +167,22 @@ def run(args: argparse.Namespace) -> dict:
                             s: sum(w.committed for w in ws) / sum(w.steps for w in ws)
                             for s, ws in sorted(by_set.items())
                         },
+                        "per_file": {
+                            f: {
+                                "tau": sum(w.committed for w, _ in ws)
+                                / sum(w.steps for w, _ in ws),
+                                "context_tokens_mean": float(np.mean([n for _, n in ws])),
+                                "memory_bytes_max": max(w.memory_bytes for w, _ in ws),
+                            }
+                            for f, ws in by_file.items()
+                        },
                         "accepted_histogram": hist.tolist(),
+                        # mean drafts accepted per step, by where the continuation occurred
+                        "accepted_by_reach": {
+                            r: {"steps": len(ns), "mean_accepted": float(np.mean(ns))}
+                            for r, ns in sorted(by_reach.items())
+                        },
+                        "late_slot_accept": float(np.mean(late)) if len(late) else 0.0,
                         "drafter_ms": 1000 * float(np.median(propose)),
                         "memory_bytes_max": max(w.memory_bytes for w in walks),
                     }
@@ -143,7 +196,7 @@ def run(args: argparse.Namespace) -> dict:
         "command": "hyflash acceptance " + " ".join(sys.argv[2:]),
         "machine": machine_info(args.threads or 0),
         "model": model_id,
-        "answers": str(args.answers),
+        "answers": [str(a) for a in args.answers],
         "sequences": len(tokens),
         "answer_tokens": int(sum(len(t) - p for t, p in zip(tokens, prompt_lens, strict=True))),
         "target_decode_ms": decode_ms,
@@ -188,16 +241,66 @@ def to_markdown(result: dict) -> str:
         lines.append(
             f"| {label} | " + " | ".join(f"{per.get(s, float('nan')):.2f}" for s in sets) + " |"
         )
+    reaches = ("near", "distant", "novel")
+    first_row = by[(labels[0], b)]["accepted_by_reach"]
+    lines += [
+        "",
+        f"Drafts accepted per step at B={b}, by where the continuation (anchor + 3 tokens) last "
+        f"occurred in the context (near: within {NEAR} tokens; steps per class in brackets), "
+        f"and P(slot accepted) averaged over slots {max(1, b // 2)}..{b - 1}:",
+        "",
+        "| drafter | "
+        + " | ".join(f"{r} ({first_row.get(r, {}).get('steps', 0)})" for r in reaches)
+        + " | late slots |",
+        "|---|" + "---|" * (len(reaches) + 1),
+    ]
+    for label in labels:
+        row = by[(label, b)]
+        lines.append(
+            f"| {label} | "
+            + " | ".join(
+                f"{row['accepted_by_reach'].get(r, {}).get('mean_accepted', float('nan')):.2f}"
+                for r in reaches
+            )
+            + f" | {row['late_slot_accept']:.3f} |"
+        )
+    files = list(by[(labels[0], b)]["per_file"])
+    if len(files) > 1:
+        contexts = [by[(labels[0], b)]["per_file"][f]["context_tokens_mean"] for f in files]
+        lines += [
+            "",
+            f"Per answers file (mean context tokens), tau at B={b} and draft memory (max):",
+            "",
+            "| drafter | "
+            + " | ".join(f"{f} (~{c:.0f})" for f, c in zip(files, contexts, strict=True))
+            + " |",
+            "|---|" + "---|" * len(files),
+        ]
+        for label in labels:
+            per = by[(label, b)]["per_file"]
+            lines.append(
+                f"| {label} | "
+                + " | ".join(
+                    f"{per[f]['tau']:.2f} ({per[f]['memory_bytes_max'] / 1024:.0f} KiB)"
+                    for f in files
+                )
+                + " |"
+            )
     return "\n".join(lines)
 
 
 def cmd_acceptance(args: argparse.Namespace) -> int:
+    from engine.hyflash.commands import EVAL_CORPUS
+
+    args.answers = args.answers or [str(EVAL_CORPUS)]
     result = run(args)
     folder = publish(result, to_markdown(result), args.out, "acceptance")
     if folder is not None:
-        from engine.bench.plots import plot_acceptance
+        from engine.bench.plots import plot_acceptance, plot_context
 
         plot_acceptance(result, folder)
+        if len(result["answers"]) > 1:
+            plot_context(result, folder)
     if not all(np.isfinite(r["tau"]) and r["tau"] >= 1.0 for r in result["rows"]):
         print("FAILED: a tau was not finite or below 1", file=sys.stderr)
         return 1
@@ -216,7 +319,12 @@ def add_acceptance_parser(sub) -> None:
         required=True,
         help="LABEL=SPEC, SPEC = ngram | drafter folder | hybrid:folder (repeatable)",
     )
-    p.add_argument("--answers", default=str(EVAL_CORPUS))
+    p.add_argument(
+        "--answers",
+        action="append",
+        default=None,
+        help=f"greedy answers JSONL (repeatable: one column per file; default {EVAL_CORPUS})",
+    )
     p.add_argument("--blocks", default="4,8,16")
     p.add_argument("--limit", type=int, default=None, help="first N answers")
     p.add_argument("--max-len", type=int, default=1024)

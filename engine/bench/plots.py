@@ -84,3 +84,30 @@ def plot_cost_curve(result: dict, out: Path) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def plot_context(result: dict, out: Path) -> list[Path]:
+    """Per drafter, against the mean context length of each answers file: tau at the largest
+    block, and the draft-side memory that context needed."""
+    plt = _pyplot()
+    rows = result["rows"]
+    block = max(r["block"] for r in rows)
+    paths = []
+    for key, ylabel, name, scale in (
+        ("tau", f"tau at B={block}", "tau_vs_context.png", 1.0),
+        ("memory_bytes_max", "draft memory (KiB)", "memory_vs_context.png", 1 / 1024),
+    ):
+        fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
+        for r in (r for r in rows if r["block"] == block):
+            points = sorted(
+                (v["context_tokens_mean"], v[key] * scale) for v in r["per_file"].values()
+            )
+            ax.plot(*zip(*points, strict=True), marker="o", ms=4, label=r["drafter"])
+        ax.set(xlabel="context tokens (mean per answers file)", ylabel=ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        paths.append(out / name)
+        fig.tight_layout()
+        fig.savefig(paths[-1])
+        plt.close(fig)
+    return paths

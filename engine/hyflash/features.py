@@ -4,6 +4,7 @@ memmap cache (resumable). Used by training and by the acceptance benchmark."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -27,10 +28,45 @@ def load_corpus(path: Path, max_len: int) -> tuple[list[np.ndarray], list[int], 
 def cache_dir_for(gguf_path: Path, keys: list[str], with_labels: bool = False) -> Path:
     """The default cache folder of a corpus: named by the target and the answers' keys, so
     training and benchmarks on the same answers share one prefill."""
-    import hashlib
-
     digest = hashlib.sha1("|".join(keys).encode()).hexdigest()[:12]
     return Path("runs/features") / f"{gguf_path.stem}-{digest}{'-labels' if with_labels else ''}"
+
+
+def sequence_digest(seq: np.ndarray) -> str:
+    return hashlib.sha1(np.asarray(seq, dtype=np.int64).tobytes()).hexdigest()[:16]
+
+
+def _reusable(gguf_path: Path, cache_dir: Path, with_labels: bool) -> dict[str, tuple]:
+    """digest -> (features memmap, labels memmap or None, offset, length) over the finished
+    sequences of the other caches of the same target: the features of a sequence depend on
+    its tokens alone, so a grown corpus only prefills its new sequences."""
+    found: dict[str, tuple] = {}
+    for other in sorted(cache_dir.parent.glob(f"{gguf_path.stem}-*")):
+        index_path = other / "index.json"
+        if other == cache_dir or not index_path.exists():
+            continue
+        index = json.loads(index_path.read_text())
+        digests = index.get("digests", [])[: index.get("done", 0)]
+        if not digests or not index.get("fingerprint", "").startswith(gguf_path.name + ":"):
+            continue
+        has_labels = (other / "labels.i32").exists()
+        if with_labels and not has_labels:
+            continue
+        lengths = index["lengths"]
+        total = int(sum(lengths))
+        feats = np.memmap(
+            other / "features.f16", dtype=np.float16, mode="r", shape=(total, index["n_embd"])
+        )
+        labels = (
+            np.memmap(other / "labels.i32", dtype=np.int32, mode="r", shape=(total,))
+            if has_labels
+            else None
+        )
+        offset = 0
+        for digest, length in zip(digests, lengths, strict=False):
+            found.setdefault(digest, (feats, labels, offset, length))
+            offset += length
+    return found
 
 
 def feature_cache(
@@ -43,7 +79,8 @@ def feature_cache(
     with_labels: bool = False,
 ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
     """Final-layer target features for every sequence, computed once by prefill into a float16
-    memmap (cache_dir/features.f16 + index.json); an interrupted run continues where it was.
+    memmap (cache_dir/features.f16 + index.json); an interrupted run continues where it was,
+    and sequences another cache of the same target already holds are copied, not prefilled.
 
     with_labels: also the target's greedy prediction for every position (labels[j] = argmax
     of the logits after tokens[:j]; labels[0] = tokens[0]), from the same prefill with logits
@@ -58,13 +95,21 @@ def feature_cache(
     index = json.loads(index_path.read_text()) if index_path.exists() else {}
     if index.get("fingerprint") != fingerprint:
         index = {"fingerprint": fingerprint, "done": 0}
+    index["digests"] = [sequence_digest(t) for t in tokens]
+    index["lengths"] = [len(t) for t in tokens]
     mode = "r+" if (cache_dir / "features.f16").exists() and index["done"] else "w+"
     target = None
+    reuse: dict[str, tuple] = {}
     if index["done"] < len(tokens):
-        target = LlamaTarget(
-            gguf_path, n_ctx=max(len(t) for t in tokens) + 8, features=True, n_threads=threads
-        )
-        index["n_embd"] = target.n_embd
+        reuse = _reusable(gguf_path, cache_dir, with_labels)
+        missing = [t for t in tokens[index["done"] :] if sequence_digest(t) not in reuse]
+        if missing:
+            target = LlamaTarget(
+                gguf_path, n_ctx=max(len(t) for t in missing) + 8, features=True, n_threads=threads
+            )
+            index["n_embd"] = target.n_embd
+        else:
+            index["n_embd"] = next(iter(reuse.values()))[0].shape[1]
     store = np.memmap(
         cache_dir / "features.f16", dtype=np.float16, mode=mode, shape=(total, int(index["n_embd"]))
     )
@@ -76,16 +121,25 @@ def feature_cache(
     try:
         for i in range(index["done"], len(tokens)):
             seq = tokens[i].tolist()
-            target.reset()
-            if labels is None:
+            lo, hi = offsets[i], offsets[i + 1]
+            known = reuse.get(index["digests"][i])
+            if known is not None:
+                src_feats, src_labels, at, length = known
+                store[lo:hi] = src_feats[at : at + length]
+                if labels is not None:
+                    labels[lo:hi] = src_labels[at : at + length]
+            elif labels is None:
+                target.reset()
                 target.prefill(seq)
+                store[lo:hi] = target.features(0, len(seq))
             else:
+                target.reset()
                 preds = [seq[0]]
                 for c in range(0, len(seq), target.n_batch):
                     out = target.decode(seq[c : c + target.n_batch], all_logits=True)
                     preds.extend(np.argmax(out.logits, axis=1).tolist())
-                labels[offsets[i] : offsets[i + 1]] = preds[: len(seq)]
-            store[offsets[i] : offsets[i + 1]] = target.features(0, len(seq))
+                labels[lo:hi] = preds[: len(seq)]
+                store[lo:hi] = target.features(0, len(seq))
             if i % 50 == 49 or i == len(tokens) - 1:
                 store.flush()
                 if labels is not None:
@@ -97,6 +151,8 @@ def feature_cache(
     finally:
         if target is not None:
             target.close()
+    if index["done"] == len(tokens):  # also records digests in caches made before them
+        index_path.write_text(json.dumps(index))
     feats = [store[offsets[i] : offsets[i + 1]] for i in range(len(tokens))]
     if labels is None:
         return feats, None

