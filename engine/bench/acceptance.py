@@ -246,7 +246,8 @@ def to_markdown(result: dict) -> str:
     lines += [
         "",
         f"Drafts accepted per step at B={b}, by where the continuation (anchor + 3 tokens) last "
-        f"occurred in the context (near: within {NEAR} tokens; steps per class in brackets), "
+        f"occurred in the context (near: within {NEAR} tokens; in brackets the first drafter's "
+        f"steps of each class), "
         f"and P(slot accepted) averaged over slots {max(1, b // 2)}..{b - 1}:",
         "",
         "| drafter | "

@@ -416,19 +416,32 @@ class HyFlashDrafter:
         vprob = np.exp(vocab_lp[rows, vbest].astype(np.float64))
         if copy_lp is None:
             return vtok.astype(np.int32), np.log(vprob)
-        p_copy = np.exp(copy_lp.astype(np.float64))
-        # every candidate id's total: its copy mass (all entries with that id) + vocab prob
-        cand = np.concatenate([copy_ids, vtok[:, None]], axis=1)  # (n, L + 2)
-        same = cand[:, :, None] == copy_ids[:, None, :]  # (n, L + 2, L + 1)
-        mass = (same * p_copy[:, None, :]).sum(-1)
-        slot = self._draft_slot(cand)
-        in_vocab = slot >= 0
-        vocab_mass = np.where(
-            in_vocab, np.exp(vocab_lp[rows[:, None], np.maximum(slot, 0)].astype(np.float64)), 0
+        # every copied id's total: its copy mass (all entries with that id, summed by a sort,
+        # not an (L x L) comparison: full attention copies from thousands of entries) plus
+        # its draft-vocabulary probability; ties go to the lower id, as argmax over mix_logits
+        vocab = self.cfg.vocab_size
+        flat = (rows[:, None] * vocab + copy_ids).ravel()
+        uniq, inv = np.unique(flat, return_inverse=True)
+        mass = np.bincount(inv, weights=np.exp(copy_lp.astype(np.float64)).ravel())
+        row_u, id_u = uniq // vocab, uniq % vocab
+        slot = self._draft_slot(id_u)
+        score = mass + np.where(
+            slot >= 0, np.exp(vocab_lp[row_u, np.maximum(slot, 0)].astype(np.float64)), 0
         )
-        score = mass + vocab_mass
-        best = np.argmax(score, axis=1)
-        return cand[rows, best].astype(np.int32), np.log(score[rows, best])
+        starts = np.searchsorted(row_u, rows)  # uniq is sorted, so grouped by row
+        best_score = np.maximum.reduceat(score, starts)
+        ties = np.flatnonzero(score == best_score[row_u])
+        best = ties[np.searchsorted(row_u[ties], rows)]  # the lowest id among a row's best
+        tokens, top = id_u[best], best_score
+        # the draft-vocabulary winner, if no copied id has its id (else it is scored above)
+        key = rows * vocab + vtok
+        at = np.minimum(np.searchsorted(uniq, key), len(uniq) - 1)
+        copied = uniq[at] == key
+        v_score = np.where(copied, score[at], vprob)
+        take_v = (v_score > top) | ((v_score == top) & (vtok < tokens))
+        tokens = np.where(take_v, vtok, tokens)
+        top = np.where(take_v, v_score, top)
+        return tokens.astype(np.int32), np.log(top)
 
     def _draft_slot(self, ids: np.ndarray) -> np.ndarray:
         """Index of each target id in the draft vocabulary, -1 where it is not there."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,13 @@ def cache_dir_for(gguf_path: Path, keys: list[str], with_labels: bool = False) -
     training and benchmarks on the same answers share one prefill."""
     digest = hashlib.sha1("|".join(keys).encode()).hexdigest()[:12]
     return Path("runs/features") / f"{gguf_path.stem}-{digest}{'-labels' if with_labels else ''}"
+
+
+def _write_index(path: Path, index: dict) -> None:
+    # atomic: other processes (parallel trainings) may be reading it
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(index))
+    os.replace(tmp, path)
 
 
 def sequence_digest(seq: np.ndarray) -> str:
@@ -95,6 +103,7 @@ def feature_cache(
     index = json.loads(index_path.read_text()) if index_path.exists() else {}
     if index.get("fingerprint") != fingerprint:
         index = {"fingerprint": fingerprint, "done": 0}
+    had_digests = "digests" in index
     index["digests"] = [sequence_digest(t) for t in tokens]
     index["lengths"] = [len(t) for t in tokens]
     mode = "r+" if (cache_dir / "features.f16").exists() and index["done"] else "w+"
@@ -145,14 +154,14 @@ def feature_cache(
                 if labels is not None:
                     labels.flush()
                 index["done"] = i + 1
-                index_path.write_text(json.dumps(index))
+                _write_index(index_path, index)
             if progress:
                 progress(i + 1, len(tokens))
     finally:
         if target is not None:
             target.close()
-    if index["done"] == len(tokens):  # also records digests in caches made before them
-        index_path.write_text(json.dumps(index))
+    if index["done"] == len(tokens) and not had_digests:  # caches made before digests
+        _write_index(index_path, index)
     feats = [store[offsets[i] : offsets[i + 1]] for i in range(len(tokens))]
     if labels is None:
         return feats, None
