@@ -111,10 +111,11 @@ def feature_cache(
     reuse: dict[str, tuple] = {}
     if index["done"] < len(tokens):
         reuse = _reusable(gguf_path, cache_dir, with_labels)
-        missing = [t for t in tokens[index["done"] :] if sequence_digest(t) not in reuse]
+        todo = range(index["done"], len(tokens))
+        missing = [index["lengths"][i] for i in todo if index["digests"][i] not in reuse]
         if missing:
             target = LlamaTarget(
-                gguf_path, n_ctx=max(len(t) for t in missing) + 8, features=True, n_threads=threads
+                gguf_path, n_ctx=max(missing) + 8, features=True, n_threads=threads
             )
             index["n_embd"] = target.n_embd
         else:
