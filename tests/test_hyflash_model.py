@@ -213,6 +213,20 @@ def test_folded_lm_head_equals_unfolded():
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
+def test_scoring_fewer_slots_keeps_their_outputs():
+    """The propose graph scores only `slots`; every slot still attends, so those rows equal
+    the rows of a full-block call (for leading and for scattered slot choices)."""
+    model = tiny_model(tiny_config(d_model=8, n_heads=2, ptr_dim=4))
+    graph = ProposeGraph(model)
+    _, prop_in = example_inputs(model.cfg, n_ctx=6, seed=4)
+    with torch.no_grad():
+        full = graph(**prop_in)
+        for pick in ([0, 1], [2], [0, 2]):
+            part = graph(**{**prop_in, "slots": torch.tensor(pick)})
+            for a, b in zip(part, full, strict=True):
+                torch.testing.assert_close(a, b[:, pick], atol=1e-6, rtol=1e-6)
+
+
 # ----- ONNX export --------------------------------------------------------------------------
 
 
@@ -246,14 +260,19 @@ def _run(path, feeds) -> list[np.ndarray]:
 def test_onnx_fp32_matches_torch(exported):
     """ORT fp32 outputs == the torch graphs (atol 1e-4), for several dynamic lengths."""
     model, folder = exported
-    for n_new, n_ctx, seed in ((8, 8, 0), (3, 5, 1), (1, 1, 2), (6, 30, 3)):
-        obs_in, prop_in = example_inputs(model.cfg, n_new=n_new, n_ctx=n_ctx, seed=seed)
+    n_slots = model.cfg.n_slots
+    cases = ((8, 8, 0, n_slots), (3, 5, 1, 1), (1, 1, 2, 2), (6, 30, 3, n_slots - 1))
+    for n_new, n_ctx, seed, n_out in cases:
+        obs_in, prop_in = example_inputs(
+            model.cfg, n_new=n_new, n_ctx=n_ctx, seed=seed, n_out=n_out
+        )
         with torch.no_grad():
             ref_obs = ObserveGraph(model)(**obs_in)
             ref_prop = ProposeGraph(model)(**prop_in)
         for got, ref in zip(_run(folder / "model_observe.onnx", obs_in), ref_obs, strict=True):
             np.testing.assert_allclose(got, ref.numpy(), atol=1e-4, rtol=1e-4)
         for got, ref in zip(_run(folder / "model_propose.onnx", prop_in), ref_prop, strict=True):
+            assert got.shape[1] == n_out
             np.testing.assert_allclose(got, ref.numpy(), atol=1e-4, rtol=1e-4)
 
 

@@ -100,6 +100,10 @@ def test_incremental_observe_matches_torch_on_whole_context(stand_in, drafters, 
     assert draft.logits.shape == (model.cfg.n_slots, V)
     assert np.array_equal(draft.tokens, ref.argmax(-1))
     assert np.array_equal(drafter.propose(anchor, 2).tokens, draft.tokens[:2])
+    # scoring only the first slots (a short block) leaves their log-probs unchanged
+    short = drafter.mix_logits(*drafter.propose_raw(anchor, 3))
+    assert short.shape == (3, V)
+    np.testing.assert_allclose(short[finite[:3]], got[:3][finite[:3]], atol=1e-5, rtol=0)
     assert len(drafter.propose(anchor, 0).tokens) == 0
 
     # reset + one observe of everything gives the same answer

@@ -29,7 +29,7 @@ from engine.hyflash.gguf_weights import EmbeddingRows, file_sha256
 
 CARD = "card.json"
 CARD_FORMAT = "hyflash-drafter"
-CARD_VERSION = 1
+CARD_VERSION = 2  # 2: the propose graph takes `slots` (score only those); 1 still reads
 PROPOSE_ONNX = "model_propose.onnx"
 OBSERVE_ONNX = "model_observe.onnx"
 DRAFT_VOCAB = "draft_vocab.npy"
@@ -393,14 +393,12 @@ class HyFlashDrafter:
     def propose(self, anchor: int, max_tokens: int, *, with_logits: bool = True) -> Draft:
         if max_tokens <= 0:
             return Draft.empty()
-        vocab_lp, copy_lp, copy_ids = self.propose_raw(anchor)
-        n = min(max_tokens, self._n_slots)  # the block always runs whole; mix what is asked
-        if copy_lp is not None:
-            copy_lp, copy_ids = copy_lp[:n], copy_ids[:n]
+        n = min(max_tokens, self._n_slots)  # the block always runs whole; score what is asked
+        vocab_lp, copy_lp, copy_ids = self.propose_raw(anchor, n)
         if not with_logits:  # greedy: the winners without a scatter into the whole vocabulary
-            tokens, top = self.mixture_argmax(vocab_lp[:n], copy_lp, copy_ids)
+            tokens, top = self.mixture_argmax(vocab_lp, copy_lp, copy_ids)
             return Draft(tokens=tokens, bucket=confidence_bucket(top[:, None], np.zeros(n, int)))
-        logits = self.mix_logits(vocab_lp[:n], copy_lp, copy_ids)
+        logits = self.mix_logits(vocab_lp, copy_lp, copy_ids)
         tokens = np.argmax(logits, axis=1).astype(np.int32)
         return Draft(tokens=tokens, logits=logits, bucket=confidence_bucket(logits, tokens))
 
@@ -450,10 +448,14 @@ class HyFlashDrafter:
         hit = self._sorted_draft_ids[pos] == ids
         return np.where(hit, self._sorted_order[pos], -1)
 
-    def propose_raw(self, anchor: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """One propose-graph call: draft-vocab log-probs (B-1, V_draft) and, with the copy
-        path, copy log-probs (B-1, entries + 1) with their target ids."""
+    def propose_raw(
+        self, anchor: int, n_out: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """One propose-graph call: draft-vocab log-probs (S, V_draft) and, with the copy
+        path, copy log-probs (S, entries + 1) with their target ids, for the first
+        S = n_out mask slots (all B-1 when None)."""
         cfg = self.cfg
+        n_out = self._n_slots if n_out is None else min(n_out, self._n_slots)
         if self._state_dirty:
             self._rebuild_state()
         n_slots = self._n_slots
@@ -475,19 +477,20 @@ class HyFlashDrafter:
             feeds["cand_emb"] = self.embed(cand_ids)[None]
             feeds["cand_match"] = match[None]
             feeds["ctx_ptr"] = self._ptr[None, :length]
+        feeds["slots"] = np.arange(n_out, dtype=np.int64)
         outs = self._propose.run(
             None, {k: v for k, v in feeds.items() if k in self._propose_inputs}
         )
-        vocab_lp = outs[0][0]
+        vocab_lp = outs[0][0][:n_out]  # format-1 graphs score every slot
         if not cfg.copy:
             return vocab_lp, None, None
-        copy_lp = outs[1][0]  # (B-1, length + 1)
+        copy_lp = outs[1][0][:n_out]  # (S, length + 1)
         nxt = self._next[:length].copy()
         if self._len:
             nxt[self._len - 1] = anchor  # the newest entry was followed by the anchor
-        copy_ids = np.empty((n_slots, length + 1), dtype=np.int64)
+        copy_ids = np.empty((n_out, length + 1), dtype=np.int64)
         copy_ids[:, :length] = nxt[None]
-        copy_ids[:, length] = cand_ids
+        copy_ids[:, length] = cand_ids[:n_out]
         return vocab_lp, copy_lp, copy_ids
 
     def mix_logits(

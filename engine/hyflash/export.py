@@ -7,8 +7,13 @@ Two ONNX graphs (opset 18, exported from the torch module by torch.onnx's dynamo
            n <= observe_chunk new committed tokens: their per-layer K/V (RoPE at pos0 + i)
            and pointer keys for the window, and the memory state folded forward.
   propose  anchor_emb (1, 1, E), pos (1,), ctx_kv (1, layers, 2, L, d), ctx_valid (1, L)
-           [, state] [, cand_emb (1, B-1, E), cand_match (1, B-1), ctx_ptr (1, L, P)]
-           -> vocab_logprobs (1, B-1, V_draft) [, copy_logprobs (1, B-1, L+1)]
+           [, state] [, cand_emb (1, B-1, E), cand_match (1, B-1), ctx_ptr (1, L, P)],
+           slots (S,) int64
+           -> vocab_logprobs (1, S, V_draft) [, copy_logprobs (1, S, L+1)]
+           slots: which mask slots to score (usually 0..S-1, S = the block about to be
+           verified minus one). All B-1 slots run through the block; only the scored ones
+           pay for the heads, the LM head over the draft vocabulary being the costliest
+           node (card format 2; format-1 graphs have no `slots` and score all).
 
 The window itself lives in numpy at run time (it is a cache of observe outputs), so the
 graphs are stateless. Embedding rows are inputs: the run time reads them from the target GGUF
@@ -91,6 +96,7 @@ class ProposeGraph(nn.Module):
         cand_emb: Tensor | None = None,
         cand_match: Tensor | None = None,
         ctx_ptr: Tensor | None = None,
+        slots: Tensor | None = None,
     ) -> tuple[Tensor, ...]:
         m = self.model
         cfg = m.cfg
@@ -110,6 +116,7 @@ class ProposeGraph(nn.Module):
             st,
             cand_match,
             head=self.head if self.fold else None,
+            out_slots=slots,
         )
         if copy_lp is None:
             return (vocab_lp[:, 0],)
@@ -131,6 +138,7 @@ def graph_io(cfg: DrafterConfig) -> dict[str, dict[str, list[str]]]:
         prop_in.append("state")
     if cfg.copy:
         prop_in += ["cand_emb", "cand_match", "ctx_ptr"]
+    prop_in.append("slots")
     return {
         "observe": {"inputs": obs_in, "outputs": obs_out},
         "propose": {"inputs": prop_in, "outputs": prop_out},
@@ -138,9 +146,13 @@ def graph_io(cfg: DrafterConfig) -> dict[str, dict[str, list[str]]]:
 
 
 def example_inputs(
-    cfg: DrafterConfig, n_new: int | None = None, n_ctx: int | None = None, seed: int = 0
+    cfg: DrafterConfig,
+    n_new: int | None = None,
+    n_ctx: int | None = None,
+    seed: int = 0,
+    n_out: int | None = None,
 ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-    """Random inputs for both graphs (export tracing and tests)."""
+    """Random inputs for both graphs (export tracing and tests); n_out: slots scored (all)."""
     g = torch.Generator().manual_seed(seed)
     n = n_new or cfg.observe_chunk
     length = n_ctx or cfg.window
@@ -161,6 +173,7 @@ def example_inputs(
         "cand_emb": torch.randn(1, cfg.n_slots, cfg.hidden_size, generator=g),
         "cand_match": torch.randint(0, cfg.max_ngram + 1, (1, cfg.n_slots), generator=g),
         "ctx_ptr": torch.randn(1, length, cfg.ptr_dim, generator=g),
+        "slots": torch.arange(cfg.n_slots if n_out is None else n_out),
     }
     io = graph_io(cfg)
     return (
@@ -199,14 +212,21 @@ def export_onnx(model: HyFlashModel, out_dir: str | Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     model = model.eval()
     io = graph_io(cfg)
-    obs_in, prop_in = example_inputs(cfg)
+    # a scored-slot count strictly inside 1..B-1, so the exporter keeps it symbolic
+    obs_in, prop_in = example_inputs(cfg, n_out=min(cfg.n_slots, max(2, cfg.n_slots - 1)))
     dim = torch.export.Dim
     # GDN's in-chunk inverse is a fixed number of squarings: n is bounded by observe_chunk
     n_max = cfg.observe_chunk if cfg.memory == "gdn" else None
     n_dim = dim("n_new", min=1, max=n_max) if n_max else dim("n_new", min=1)
     l_dim = dim("n_ctx", min=1)
     obs_dyn = {"features": {1: n_dim}, "token_emb": {1: n_dim}, "valid": {1: n_dim}}
-    prop_dyn = {"ctx_kv": {3: l_dim}, "ctx_valid": {1: l_dim}, "ctx_ptr": {1: l_dim}}
+    s_dim = dim("n_scored", min=1, max=cfg.n_slots)
+    prop_dyn = {
+        "ctx_kv": {3: l_dim},
+        "ctx_valid": {1: l_dim},
+        "ctx_ptr": {1: l_dim},
+        "slots": {0: s_dim},
+    }
     paths = {"observe": out / OBSERVE_ONNX, "propose": out / PROPOSE_ONNX}
     old = model.memory.inverse_method if model.memory is not None else None
     try:

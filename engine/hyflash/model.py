@@ -287,15 +287,25 @@ class HyFlashModel(nn.Module):
         state: Tensor | None,
         cand_match: Tensor | None,
         head: Tensor | None = None,
+        out_slots: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None, Tensor]:
         """The block forward. ctx tensors may have A = 1 (shared by all anchors: "full").
         head: out_proj folded into the LM head, (d, V_d) (the exporter's, when d < hidden).
-        Returns vocab_lp (N, A, B-1, V_d), copy_lp (N, A, B-1, L+1) or None, gate (.., 3)."""
+        out_slots: indices of the mask slots to score (all when None): every slot still takes
+        part in the block's attention, only the heads (LM head, pointer, gate) are skipped for
+        the others, so the scored slots' outputs are unchanged. S = the slots scored.
+        Returns vocab_lp (N, A, S, V_d), copy_lp (N, A, S, L+1) or None, gate (.., 3)."""
         ctx_bias = (1.0 - ctx_valid) * NEG  # (N, A, L)
         h = slot_x
         for layer, (ck, cv) in zip(self.layers, ctx_kv, strict=True):
             h = layer(h, slot_pos, ck, cv, ctx_bias, self.slot_bias, self.memory, state)
-        h = self.norm_out(h[:, :, 1:])  # the mask slots
+        h = h[:, :, 1:]  # the mask slots
+        mask_pos = slot_pos[:, :, 1:]
+        if out_slots is not None:
+            h = h.index_select(2, out_slots)
+            mask_pos = mask_pos.index_select(2, out_slots)
+            cand_match = None if cand_match is None else cand_match.index_select(2, out_slots)
+        h = self.norm_out(h)
         if head is None:
             logits = self.out_proj(h) @ self.lm_head_t  # (N, A, B-1, V_d)
         else:
@@ -303,8 +313,8 @@ class HyFlashModel(nn.Module):
         vocab_lp = torch.log_softmax(logits, dim=-1)
         if not self.cfg.copy:
             return vocab_lp, None, torch.ones_like(vocab_lp[..., :1])
-        q = rope(self.ptr_q(h), slot_pos[:, :, 1:], self.cfg.rope_base)  # (N, A, B-1, P)
-        scores = q @ ctx_ptr.transpose(-1, -2) / math.sqrt(self.cfg.ptr_dim)  # (N, A, B-1, L)
+        q = rope(self.ptr_q(h), mask_pos, self.cfg.rope_base)  # (N, A, S, P)
+        scores = q @ ctx_ptr.transpose(-1, -2) / math.sqrt(self.cfg.ptr_dim)  # (N, A, S, L)
         ptr_lp = torch.log_softmax(scores + ctx_bias[:, :, None, :], dim=-1)
         any_ctx = ctx_valid.amax(-1)[:, :, None]  # (N, A, 1)
         gate_bias = torch.stack(
