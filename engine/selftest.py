@@ -32,8 +32,9 @@ def run_self_test(argv: list[str]) -> int:
         load_s = time.perf_counter() - start
         settings = GenerationSettings(max_tokens=args.max_tokens, block_size="auto")
         finished = None
-        for event in engine.generate("List three primary colours, one per line.",
-                                     settings=settings):
+        for event in engine.generate(
+            "List three primary colours, one per line.", settings=settings
+        ):
             if isinstance(event, ErrorEvent):
                 raise RuntimeError(event.message)
             if isinstance(event, Finished):

@@ -79,9 +79,23 @@ def test_hybrid_uses_ngram_only_on_a_long_match():
 def test_acceptance_command_on_stored_answers(tmp_path, capsys):
     from engine.cli import main
 
-    code = main(["acceptance", "--drafter", "ngram", "--limit", "3", "--blocks", "2,4",
-                 "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out"),
-                 "--threads", "1"])
+    code = main(
+        [
+            "acceptance",
+            "--drafter",
+            "ngram",
+            "--limit",
+            "3",
+            "--blocks",
+            "2,4",
+            "--cache",
+            str(tmp_path / "cache"),
+            "--out",
+            str(tmp_path / "out"),
+            "--threads",
+            "1",
+        ]
+    )
     assert code == 0
     result = json.loads((tmp_path / "out" / "acceptance.json").read_text())
     assert result["sequences"] == 3 and result["answer_tokens"] > 0
@@ -111,9 +125,25 @@ def test_acceptance_over_several_answers_files_reports_each(tmp_path, monkeypatc
     short.write_text("\n".join(by_len[:2]) + "\n")
     longer.write_text("\n".join(by_len[-2:]) + "\n")
     monkeypatch.chdir(tmp_path)  # feature caches go to ./runs/features
-    code = main(["acceptance", "--drafter", "ngram", "--drafter", "hyflash", "--blocks", "4",
-                 "--answers", str(short), "--answers", str(longer), "--out", "out",
-                 "--threads", "1"])
+    code = main(
+        [
+            "acceptance",
+            "--drafter",
+            "ngram",
+            "--drafter",
+            "hyflash",
+            "--blocks",
+            "4",
+            "--answers",
+            str(short),
+            "--answers",
+            str(longer),
+            "--out",
+            "out",
+            "--threads",
+            "1",
+        ]
+    )
     assert code == 0
     result = json.loads((tmp_path / "out" / "acceptance.json").read_text())
     assert result["sequences"] == 4

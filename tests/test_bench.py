@@ -11,8 +11,20 @@ def test_bench_quick_on_held_out_sets(tmp_path, capsys):
     from engine.cli import main
 
     configs = "ngram:auto,ngram:4,hyflash:auto,hyflash:8,hybrid:hyflash:8"
-    code = main(["bench", "--quick", "--prompt-set", "eval", "--configs", configs,
-                 "--threads", "2", "--out", str(tmp_path)])
+    code = main(
+        [
+            "bench",
+            "--quick",
+            "--prompt-set",
+            "eval",
+            "--configs",
+            configs,
+            "--threads",
+            "2",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     result = json.loads((tmp_path / "speed.json").read_text())
     assert result["prompts"] == 7  # one prompt of every held-out set + an MT-Bench 2nd turn
@@ -22,8 +34,15 @@ def test_bench_quick_on_held_out_sets(tmp_path, capsys):
         assert s["identical"], s["config"]  # greedy output == plain decoding
         assert math.isfinite(s["tok_s"]) and s["tok_s"] > 0
         assert 1.0 <= s["tau"] <= 8.0
-        assert set(s["per_set"]) == {"gsm8k", "humaneval", "mtbench", "math500", "aime2025",
-                                     "mbpp", "mtbench-t2"}
+        assert set(s["per_set"]) == {
+            "gsm8k",
+            "humaneval",
+            "mtbench",
+            "math500",
+            "aime2025",
+            "mbpp",
+            "mtbench-t2",
+        }
     assert summary["hyflash:8"]["bound"] is not None and summary["hyflash:auto"]["bound"] is None
     assert summary["hyflash:8"]["tau"] > 1.2  # its drafts were accepted
     ratios = result["cost_ratio"]
@@ -41,8 +60,22 @@ def test_bench_quick_on_held_out_sets(tmp_path, capsys):
 def test_bench_with_sampling_reports_tau_without_identity_claim(tmp_path, capsys):
     from engine.cli import main
 
-    code = main(["bench", "--quick", "--prompts", "2", "--configs", "ngram:4",
-                 "--temperature", "0.7", "--threads", "2", "--out", str(tmp_path)])
+    code = main(
+        [
+            "bench",
+            "--quick",
+            "--prompts",
+            "2",
+            "--configs",
+            "ngram:4",
+            "--temperature",
+            "0.7",
+            "--threads",
+            "2",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     result = json.loads((tmp_path / "speed.json").read_text())
     assert result["temperature"] == 0.7

@@ -18,14 +18,31 @@ def run_cli(*args: str, stdin: str | None = None, timeout: int = 300):
 
 
 def test_generate_json_has_text_tokens_and_stats():
-    out = run_cli("generate", "--prompt", "Name three colours.", "--max-tokens", "24",
-                  "--json", "--block-size", "4")
+    out = run_cli(
+        "generate",
+        "--prompt",
+        "Name three colours.",
+        "--max-tokens",
+        "24",
+        "--json",
+        "--block-size",
+        "4",
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["text"] and len(data["tokens"]) == data["stats"]["tokens_generated"]
     stats = data["stats"]
-    for key in ("tau_mean", "slot_accept_counts", "tokens_per_s", "ttft_s", "prefill_tokens_per_s",
-                "target_kv_bytes", "draft_memory_bytes", "block_size", "accepted"):
+    for key in (
+        "tau_mean",
+        "slot_accept_counts",
+        "tokens_per_s",
+        "ttft_s",
+        "prefill_tokens_per_s",
+        "target_kv_bytes",
+        "draft_memory_bytes",
+        "block_size",
+        "accepted",
+    ):
         assert key in stats
     assert stats["block_size_mode"] == "fixed" and stats["tau_mean"] >= 1.0
 
@@ -33,8 +50,12 @@ def test_generate_json_has_text_tokens_and_stats():
 def test_raw_generate_matches_between_main_py_and_console_script():
     args = ["generate", "--prompt", "def add(a, b):", "--raw", "--max-tokens", "16", "--json"]
     a = run_cli(*args, "--drafter", "none")
-    b = subprocess.run([sys.executable, "main.py", "--cli", *args, "--drafter", "ngram"],
-                       capture_output=True, text=True, timeout=300)
+    b = subprocess.run(
+        [sys.executable, "main.py", "--cli", *args, "--drafter", "ngram"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
     assert json.loads(a.stdout)["tokens"] == json.loads(b.stdout)["tokens"]
 

@@ -16,14 +16,37 @@ from engine.bench.prompts import CHAT_PROMPTS, RAW_PROMPTS
 from engine.events import ErrorEvent, Finished, GenerationSettings
 from engine.hyflash.prompts import Prompt
 
-TINY = ["--d-model", "64", "--heads", "2", "--layers", "1", "--window", "16", "--block-size",
-        "4", "--draft-vocab", "512", "--batch", "4", "--anchors", "8", "--lr", "3e-3",
-        "--val-frac", "0", "--quiet", "--threads", "1"]
+TINY = [
+    "--d-model",
+    "64",
+    "--heads",
+    "2",
+    "--layers",
+    "1",
+    "--window",
+    "16",
+    "--block-size",
+    "4",
+    "--draft-vocab",
+    "512",
+    "--batch",
+    "4",
+    "--anchors",
+    "8",
+    "--lr",
+    "3e-3",
+    "--val-frac",
+    "0",
+    "--quiet",
+    "--threads",
+    "1",
+]
 
 
 def cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    out = subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True,
-                         text=True, timeout=timeout)
+    out = subprocess.run(
+        [sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     return out
 
@@ -53,8 +76,20 @@ def corpus(tmp_path_factory, model_path):
 def trained_run(corpus, tmp_path_factory):
     run = tmp_path_factory.mktemp("run")
     cache = run.parent / "features"
-    cli("train", "--corpus", str(corpus), "--out", str(run), "--cache", str(cache),
-        "--steps", "60", "--eval-every", "30", *TINY)
+    cli(
+        "train",
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(run),
+        "--cache",
+        str(cache),
+        "--steps",
+        "60",
+        "--eval-every",
+        "30",
+        *TINY,
+    )
     return run, cache
 
 
@@ -63,8 +98,20 @@ def test_training_loss_falls_and_resumes(trained_run, corpus):
     first = losses(run)
     assert len(first) == 60
     assert sum(first[-10:]) / 10 < 0.8 * sum(first[:10]) / 10
-    out = cli("train", "--corpus", str(corpus), "--out", str(run), "--cache", str(cache),
-              "--steps", "70", "--eval-every", "30", *TINY)
+    out = cli(
+        "train",
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(run),
+        "--cache",
+        str(cache),
+        "--steps",
+        "70",
+        "--eval-every",
+        "30",
+        *TINY,
+    )
     assert "resumed from step 60" in out.stdout
     resumed = losses(run)
     assert len(resumed) == 70 and resumed[:60] == first
@@ -72,14 +119,37 @@ def test_training_loss_falls_and_resumes(trained_run, corpus):
 
 def test_two_process_ddp_matches_one_process(trained_run, corpus, tmp_path):
     _, cache = trained_run
-    common = ["--corpus", str(corpus), "--cache", str(cache), "--steps", "6",
-              "--eval-every", "100", *TINY]
+    common = [
+        "--corpus",
+        str(corpus),
+        "--cache",
+        str(cache),
+        "--steps",
+        "6",
+        "--eval-every",
+        "100",
+        *TINY,
+    ]
     cli("train", "--out", str(tmp_path / "one"), *common)
     ddp = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-         "--master_port", "29517", "-m", "engine.cli", "train", "--out", str(tmp_path / "two"),
-         *common],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            "29517",
+            "-m",
+            "engine.cli",
+            "train",
+            "--out",
+            str(tmp_path / "two"),
+            *common,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert ddp.returncode == 0, ddp.stderr[-4000:]
     one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
@@ -139,8 +209,9 @@ def test_prefill_labels_are_the_targets_greedy_predictions(corpus, model_path, t
         total += len(t) - p
     assert agree / total > 0.95
     # prompts are not the target's writing: there the labels differ from the tokens
-    prompt_agree = np.mean([np.mean(lab[1:p] == t[1:p])
-                            for t, lab, p in zip(tokens, labels, prompt_lens, strict=True)])
+    prompt_agree = np.mean(
+        [np.mean(lab[1:p] == t[1:p]) for t, lab, p in zip(tokens, labels, prompt_lens, strict=True)]
+    )
     assert prompt_agree < 0.9
     # cached: a second call reads the same numbers without a target
     again, labels2 = feature_cache(tokens, model_path, tmp_path / "cache", with_labels=True)
@@ -175,10 +246,23 @@ def test_conversations_corpus_and_training_on_target_labels(tmp_path):
     cli("data", "conversations", "--limit", "6", "--max-tokens", "64", "--out", str(out))
     rows = load_answers(out)
     assert len(rows) == 6 and len({r["key"] for r in rows}) == 6
-    assert all(r["source"] == "sharegpt-answer" and 8 <= len(r["answer_ids"]) <= 65
-               for r in rows)
+    assert all(r["source"] == "sharegpt-answer" and 8 <= len(r["answer_ids"]) <= 65 for r in rows)
     run = tmp_path / "run"
-    cli("train", "--corpus", str(out), "--out", str(run), "--cache", str(tmp_path / "cache"),
-        "--labels", "target", "--steps", "30", "--eval-every", "30", *TINY)
+    cli(
+        "train",
+        "--corpus",
+        str(out),
+        "--out",
+        str(run),
+        "--cache",
+        str(tmp_path / "cache"),
+        "--labels",
+        "target",
+        "--steps",
+        "30",
+        "--eval-every",
+        "30",
+        *TINY,
+    )
     hist = losses(run)
     assert len(hist) == 30 and np.mean(hist[-5:]) < np.mean(hist[:5])

@@ -8,8 +8,12 @@ from engine.hyflash.prompts import GSM8K_EVAL, eval_prompts, gsm8k, train_prompt
 def test_corpora_load_with_expected_sizes():
     ev = eval_prompts()
     assert {k: len(v) for k, v in ev.items()} == {
-        "gsm8k": GSM8K_EVAL, "humaneval": 164, "mtbench": 80, "math500": 311,
-        "aime2025": 30, "mbpp": 500,
+        "gsm8k": GSM8K_EVAL,
+        "humaneval": 164,
+        "mtbench": 80,
+        "math500": 311,
+        "aime2025": 30,
+        "mbpp": 500,
     }
     assert len(gsm8k()) == 1319
     train = train_prompts(sharegpt_limit=500)

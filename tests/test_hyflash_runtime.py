@@ -29,7 +29,6 @@ VARIANTS = {
 }
 
 
-
 @pytest.fixture(scope="module")
 def stand_in(tmp_path_factory):
     """A tiny GGUF target (embedding only) and an object shaped like LlamaTarget for it."""

@@ -71,13 +71,31 @@ def test_shipped_drafter_quality_on_held_out_answers(tmp_path):
     subset = tmp_path / "answers.jsonl"
     subset.write_text("\n".join(lines[::6]) + "\n")
     out = tmp_path / "acc"
-    code = main(["acceptance", "--answers", str(subset), "--drafter", "ngram",
-                 "--drafter", "hyflash=hyflash", "--blocks", "16", "--cache",
-                 str(tmp_path / "cache"), "--out", str(out), "--threads", "2"])
+    code = main(
+        [
+            "acceptance",
+            "--answers",
+            str(subset),
+            "--drafter",
+            "ngram",
+            "--drafter",
+            "hyflash=hyflash",
+            "--blocks",
+            "16",
+            "--cache",
+            str(tmp_path / "cache"),
+            "--out",
+            str(out),
+            "--threads",
+            "2",
+        ]
+    )
     assert code == 0
     result = json.loads((out / "acceptance.json").read_text())
-    assert result["sequences"] == 12 and len({k for r in result["rows"]
-                                              for k in r["per_set_tau"]}) == 6
+    assert (
+        result["sequences"] == 12
+        and len({k for r in result["rows"] for k in r["per_set_tau"]}) == 6
+    )
     rows = {r["drafter"]: r for r in result["rows"]}
     assert rows["hyflash"]["tau"] > 1.6, rows
     assert rows["hyflash"]["tau"] >= 0.9 * rows["ngram"]["tau"], rows
