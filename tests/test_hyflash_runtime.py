@@ -15,7 +15,7 @@ import torch
 from hyflash_tiny import E, V, one_torch_thread, tiny_config  # noqa: F401 - autouse fixture
 
 from engine.drafters.base import Drafter
-from engine.drafters.hyflash import HyFlashDrafter, NgramIndex, ngram_candidates
+from engine.drafters.hyflash import CARD_VERSION, HyFlashDrafter, NgramIndex, ngram_candidates
 from engine.events import DrafterMismatchError
 from engine.hyflash.config import DrafterConfig, draft_memory_bytes
 from engine.hyflash.export import export_drafter
@@ -258,6 +258,11 @@ def test_card_for_another_target_is_refused(tmp_path, real_target, stand_in, dra
         HyFlashDrafter.load(folder, real_target)
     with pytest.raises(DrafterMismatchError, match="no card.json"):
         HyFlashDrafter.load(tmp_path, real_target)
+    # a drafter from a newer app (a graph interface this one does not know) is refused
+    card["format_version"] = CARD_VERSION + 1
+    (folder / "card.json").write_text(json.dumps(card))
+    with pytest.raises(DrafterMismatchError, match="Update the app"):
+        HyFlashDrafter.load(folder, real_target)
 
 
 def test_real_target_end_to_end(tmp_path, real_target):
