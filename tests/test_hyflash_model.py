@@ -334,6 +334,19 @@ def test_stand_in_gguf_untied_head(tmp_path):
     assert (ident.vocab_size, ident.hidden_size, ident.name) == (V, E, "stand-in")
 
 
+def test_train_sizes_the_drafter_for_the_given_target(tmp_path):
+    """`hyflash train --model X` takes vocabulary and width from X's GGUF, not the defaults
+    (which are SmolLM2's): a drafter for another target would not build otherwise."""
+    from engine.hyflash.commands import _embedding_shape
+
+    path = write_stand_in_gguf(tmp_path / "other.gguf", np.zeros((V, E), np.float32))
+    assert (
+        _embedding_shape(path)
+        == (V, E)
+        != (DrafterConfig().vocab_size, DrafterConfig().hidden_size)
+    )
+
+
 def test_real_gguf_weights_match_the_target():
     from engine.models import resolve_target
     from engine.target import LlamaTarget

@@ -226,7 +226,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.config:
         cfg = DrafterConfig.load(args.config)
     else:
+        vocab, hidden = _embedding_shape(gguf)  # the target's, not the default model's
         cfg = DrafterConfig(
+            hidden_size=hidden,
+            feature_dim=hidden,
+            vocab_size=vocab,
             d_model=args.d_model,
             n_layers=args.layers,
             n_heads=args.heads,
@@ -289,6 +293,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     if world > 1:
         dist.destroy_process_group()
     return 0
+
+
+def _embedding_shape(gguf: Path) -> tuple[int, int]:
+    from engine.hyflash.gguf_weights import GGUFIndex
+
+    index = GGUFIndex(gguf)
+    try:
+        return index.embedding_shape()
+    finally:
+        index.close()
 
 
 def _eog_ids(gguf: Path) -> list[int]:
