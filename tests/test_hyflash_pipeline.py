@@ -72,24 +72,17 @@ def corpus(tmp_path_factory, model_path):
     return path
 
 
+def train_tiny(corpus: Path, run: Path, cache: Path, steps: int):
+    """`hyflash train` of the tiny test drafter (resumes when `run` holds a checkpoint)."""
+    args = ["--corpus", str(corpus), "--out", str(run), "--cache", str(cache)]
+    return cli("train", *args, "--steps", str(steps), "--eval-every", "30", *TINY)
+
+
 @pytest.fixture(scope="module")
 def trained_run(corpus, tmp_path_factory):
     run = tmp_path_factory.mktemp("run")
     cache = run.parent / "features"
-    cli(
-        "train",
-        "--corpus",
-        str(corpus),
-        "--out",
-        str(run),
-        "--cache",
-        str(cache),
-        "--steps",
-        "60",
-        "--eval-every",
-        "30",
-        *TINY,
-    )
+    train_tiny(corpus, run, cache, steps=60)
     return run, cache
 
 
@@ -98,20 +91,7 @@ def test_training_loss_falls_and_resumes(trained_run, corpus):
     first = losses(run)
     assert len(first) == 60
     assert sum(first[-10:]) / 10 < 0.8 * sum(first[:10]) / 10
-    out = cli(
-        "train",
-        "--corpus",
-        str(corpus),
-        "--out",
-        str(run),
-        "--cache",
-        str(cache),
-        "--steps",
-        "70",
-        "--eval-every",
-        "30",
-        *TINY,
-    )
+    out = train_tiny(corpus, run, cache, steps=70)
     assert "resumed from step 60" in out.stdout
     resumed = losses(run)
     assert len(resumed) == 70 and resumed[:60] == first
