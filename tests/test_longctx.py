@@ -30,3 +30,20 @@ def test_long_prompts_fall_in_their_bucket(tokenizer_target, bucket):
     assert [p.prompt.text for p in again] == [p.prompt.text for p in prompts]
     hotpot = next(p for p in prompts if p.prompt.source == "hotpotqa").prompt.text
     assert hotpot.startswith("Documents:") and "Question:" in hotpot
+
+
+def test_long_training_prompts_never_reuse_a_benchmark_question(tokenizer_target):
+    from engine.bench.longctx import long_prompts, long_training_prompts
+
+    lo, hi = 2048, 4096
+    train = long_training_prompts(tokenizer_target, lo, hi, n=3)
+    bench = long_prompts(tokenizer_target, lo, hi, per_set=3)
+    assert len(train) == 3 and {p.prompt.source for p in train} == {"hotpotqa"}
+    assert all(lo <= p.n_tokens < hi for p in train)
+    questions = {p.prompt.text.rsplit("Question:", 1)[1] for p in train}
+    bench_questions = {
+        p.prompt.text.rsplit("Question:", 1)[1] for p in bench if p.prompt.source == "hotpotqa"
+    }
+    assert len(questions) == 3 and len(bench_questions) == 3
+    assert not questions & bench_questions
+    assert not {p.prompt.key for p in train} & {p.prompt.key for p in bench}

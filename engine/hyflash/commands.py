@@ -10,7 +10,13 @@ DEFAULT_CORPUS = Path("data/distill/smollm2-135m-instruct/answers.jsonl")
 EVAL_CORPUS = Path("data/distill/smollm2-135m-instruct/eval_answers.jsonl")
 CONVERSATIONS_CORPUS = Path("runs/data/sharegpt-answers.jsonl")  # rebuilt in seconds
 LONG_CORPUS = Path("data/distill/smollm2-135m-instruct/long_answers.jsonl")
-DEFAULT_OUT = {"train": DEFAULT_CORPUS, "eval": EVAL_CORPUS, "long": LONG_CORPUS}
+LONG_TRAIN_CORPUS = Path("data/distill/smollm2-135m-instruct/long_train_answers.jsonl")
+DEFAULT_OUT = {
+    "train": DEFAULT_CORPUS,
+    "eval": EVAL_CORPUS,
+    "long": LONG_CORPUS,
+    "long-train": LONG_TRAIN_CORPUS,
+}
 
 
 def selected_prompts(args: argparse.Namespace, target) -> tuple[list, int]:
@@ -23,10 +29,14 @@ def selected_prompts(args: argparse.Namespace, target) -> tuple[list, int]:
     if args.split == "eval":
         sets = eval_prompts().values()
         return [p for prompts in sets for p in prompts[: args.per_set]][: args.limit], 512
-    from engine.bench.longctx import long_prompts
+    from engine.bench.longctx import long_prompts, long_training_prompts
 
     lo, hi = (int(x) for x in args.bucket.split("-"))
-    return [lp.prompt for lp in long_prompts(target, lo, hi, args.per_set)][: args.limit], hi
+    if args.split == "long-train":
+        chosen = long_training_prompts(target, lo, hi, args.per_set)
+    else:
+        chosen = long_prompts(target, lo, hi, args.per_set)
+    return [lp.prompt for lp in chosen][: args.limit], hi
 
 
 def cmd_data_generate(args: argparse.Namespace) -> int:
@@ -118,14 +128,20 @@ def add_data_parser(sub) -> None:
     gen.add_argument(
         "--split",
         default="train",
-        choices=["train", "eval", "long"],
-        help="training prompts, held-out evaluation prompts, or long-context prompts of "
-        "--bucket (the last two for benchmarks)",
+        choices=["train", "eval", "long", "long-train"],
+        help="training prompts, held-out evaluation prompts, long-context prompts of "
+        "--bucket (the last two for benchmarks), or long-context training prompts of --bucket "
+        "(HotpotQA questions the benchmark does not use; --per-set of them)",
     )
-    gen.add_argument("--bucket", default="2048-4096", help="long: prompt tokens lo-hi")
+    gen.add_argument("--bucket", default="2048-4096", help="long, long-train: prompt tokens lo-hi")
     gen.add_argument("--out", default=None, help=f"default {DEFAULT_CORPUS} / {EVAL_CORPUS}")
     gen.add_argument("--limit", type=int, default=None, help="first N prompts")
-    gen.add_argument("--per-set", type=int, default=12, help="eval: first N of every set")
+    gen.add_argument(
+        "--per-set",
+        type=int,
+        default=12,
+        help="eval, long: first N of every set; long-train: N prompts",
+    )
     gen.add_argument("--streams", type=int, default=8)
     gen.add_argument("--max-tokens", type=int, default=384)
     gen.add_argument("--threads", type=int, default=None)
