@@ -20,6 +20,32 @@ CHATML = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+# Gemma's turn format, for a Gemma-family GGUF without a template (the base checkpoints ship
+# none): its turn markers are control tokens, whereas ChatML would reach it as plain text that
+# the model then echoes. A system message opens the first user turn, as Gemma's own template.
+GEMMA_TURNS = (
+    "{{ bos_token }}"
+    "{% set ns = namespace(prefix='') %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{% set ns.prefix = message['content'] + '\\n\\n' %}"
+    "{% else %}"
+    "{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\\n' }}"
+    "{{ ns.prefix + message['content'] + '<end_of_turn>\\n' }}"
+    "{% set ns.prefix = '' %}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
+)
+FALLBACKS = ((("<start_of_turn>", "<end_of_turn>"), GEMMA_TURNS),)
+
+
+def fallback_template(is_control_token) -> str:
+    """The format for a GGUF without a template: the first family whose turn markers the
+    vocabulary holds as single control tokens (is_control_token(text) -> bool), else ChatML."""
+    for markers, source in FALLBACKS:
+        if all(is_control_token(m) for m in markers):
+            return source
+    return CHATML
 
 
 def _raise(message: str) -> None:
@@ -41,9 +67,9 @@ class ChatTemplate:
 
     @classmethod
     def for_target(cls, target: LlamaTarget) -> ChatTemplate:
-        """The GGUF's own template with its BOS/EOS token texts."""
+        """The GGUF's own template (or the fallback for its family) with its BOS/EOS texts."""
         return cls(
-            target.chat_template(),
+            target.chat_template() or fallback_template(target.is_control_token),
             target.token_text(target.bos_token),
             target.token_text(target.eos_token),
         )

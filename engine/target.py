@@ -220,6 +220,14 @@ class LlamaTarget:
         data = b"".join(self.token_bytes(t, special=special) for t in tokens)
         return data.decode("utf-8", errors="replace")
 
+    def is_control_token(self, text: str) -> bool:
+        """Whether the vocabulary holds text as one special token (a chat turn marker), not
+        as ordinary text."""
+        as_special = self.tokenize(text, add_special=False, parse_special=True)
+        return len(as_special) == 1 and as_special != self.tokenize(
+            text, add_special=False, parse_special=False
+        )
+
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 

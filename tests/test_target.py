@@ -90,3 +90,35 @@ def test_chat_template_renders_chatml(engine):
     assert engine.target.chat_template() is not None
     assert text.count("<|im_start|>") >= 2 and text.rstrip().endswith("<|im_start|>assistant")
     assert "Hi!" in text
+
+
+def test_gemma_fallback_uses_its_control_tokens_and_folds_the_system_message():
+    from engine.chat_template import CHATML, GEMMA_TURNS, ChatTemplate, fallback_template
+
+    gemma_vocab = {"<start_of_turn>", "<end_of_turn>"}
+    assert fallback_template(lambda text: text in gemma_vocab) == GEMMA_TURNS
+    assert fallback_template(lambda text: text == "<start_of_turn>") == CHATML
+    text = ChatTemplate(GEMMA_TURNS, bos_token="<bos>").render(
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Hi!"},
+            {"role": "assistant", "content": "Hello."},
+            {"role": "user", "content": "Bye?"},
+        ]
+    )
+    assert text == (
+        "<bos><start_of_turn>user\nBe brief.\n\nHi!<end_of_turn>\n"
+        "<start_of_turn>model\nHello.<end_of_turn>\n"
+        "<start_of_turn>user\nBye?<end_of_turn>\n<start_of_turn>model\n"
+    )
+
+
+def test_a_vocabulary_without_gemma_markers_falls_back_to_chatml(engine):
+    from engine.chat_template import CHATML, fallback_template
+
+    target = engine.target
+    assert target.is_control_token("<|im_start|>") and target.is_control_token("<|im_end|>")
+    assert not target.is_control_token("<start_of_turn>")
+    assert not target.is_control_token("Hello")  # one ordinary token is not a control token
+    assert len(target.tokenize("Hello", add_special=False)) == 1
+    assert fallback_template(target.is_control_token) == CHATML
