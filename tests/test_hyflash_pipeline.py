@@ -219,6 +219,20 @@ def test_grown_corpus_copies_cached_sequences_and_prefills_only_new_ones(
     assert json.loads((grown_dir / "index.json").read_text())["done"] == len(tokens)
 
 
+def test_a_cache_of_other_tokens_with_the_same_lengths_is_not_reused(corpus, model_path, tmp_path):
+    from engine.hyflash.features import feature_cache, load_corpus
+
+    tokens, _, _ = load_corpus(corpus, 1024)
+    cache = tmp_path / "cache"
+    first_last = np.array(feature_cache(tokens[:1], model_path, cache)[0][0][-1])  # a copy
+    changed = tokens[0].copy()
+    changed[-1] = (changed[-1] + 1) % 1000  # same length, one token different
+    second, _ = feature_cache([changed], model_path, cache)
+    fresh, _ = feature_cache([changed], model_path, tmp_path / "fresh")
+    assert np.array_equal(second[0], fresh[0])
+    assert not np.array_equal(second[0][-1], first_last)
+
+
 def test_conversations_corpus_and_training_on_target_labels(tmp_path):
     from engine.hyflash.distill import load_answers
 

@@ -101,10 +101,13 @@ def feature_cache(
     index_path = cache_dir / "index.json"
     fingerprint = f"{gguf_path.name}:{len(tokens)}:{total}" + (":labels" if with_labels else "")
     index = json.loads(index_path.read_text()) if index_path.exists() else {}
-    if index.get("fingerprint") != fingerprint:
+    digests = [sequence_digest(t) for t in tokens]
+    # same keys and lengths but other tokens (answers regenerated under the same keys) would
+    # otherwise pass the fingerprint and serve the old sequences' features
+    if index.get("fingerprint") != fingerprint or index.get("digests", digests) != digests:
         index = {"fingerprint": fingerprint, "done": 0}
     had_digests = "digests" in index
-    index["digests"] = [sequence_digest(t) for t in tokens]
+    index["digests"] = digests
     index["lengths"] = [len(t) for t in tokens]
     mode = "r+" if (cache_dir / "features.f16").exists() and index["done"] else "w+"
     target = None
