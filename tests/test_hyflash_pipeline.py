@@ -233,6 +233,24 @@ def test_a_cache_of_other_tokens_with_the_same_lengths_is_not_reused(corpus, mod
     assert not np.array_equal(second[0][-1], first_last)
 
 
+def test_an_interrupted_cache_keeps_what_it_saved_by_time(corpus, model_path, tmp_path):
+    from engine.hyflash.features import feature_cache, load_corpus
+
+    tokens, _, _ = load_corpus(corpus, 1024)
+
+    def stop_after_two(done: int, total: int) -> None:
+        if done == 2:
+            raise KeyboardInterrupt
+
+    cache = tmp_path / "cache"
+    with pytest.raises(KeyboardInterrupt):
+        feature_cache(tokens[:4], model_path, cache, progress=stop_after_two, save_every_s=0)
+    assert json.loads((cache / "index.json").read_text())["done"] == 2
+    resumed, _ = feature_cache(tokens[:4], model_path, cache)
+    fresh, _ = feature_cache(tokens[:4], model_path, tmp_path / "fresh")
+    assert all(np.array_equal(a, b) for a, b in zip(resumed, fresh, strict=True))
+
+
 def test_conversations_corpus_and_training_on_target_labels(tmp_path):
     from engine.hyflash.distill import load_answers
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +86,7 @@ def feature_cache(
     threads: int | None = None,
     progress=None,
     with_labels: bool = False,
+    save_every_s: float = 60.0,
 ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
     """Final-layer target features for every sequence, computed once by prefill into a float16
     memmap (cache_dir/features.f16 + index.json); an interrupted run continues where it was,
@@ -131,6 +133,7 @@ def feature_cache(
         if with_labels
         else None
     )
+    saved_at = time.monotonic()
     try:
         for i in range(index["done"], len(tokens)):
             seq = tokens[i].tolist()
@@ -153,7 +156,9 @@ def feature_cache(
                     preds.extend(np.argmax(out.logits, axis=1).tolist())
                 labels[lo:hi] = preds[: len(seq)]
                 store[lo:hi] = target.features(0, len(seq))
-            if i % 50 == 49 or i == len(tokens) - 1:
+            # every 50 sequences, or every minute: one long-context sequence takes about that
+            if i % 50 == 49 or i == len(tokens) - 1 or time.monotonic() - saved_at >= save_every_s:
+                saved_at = time.monotonic()
                 store.flush()
                 if labels is not None:
                     labels.flush()
