@@ -314,11 +314,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _embedding_shape(gguf: Path) -> tuple[int, int]:
     from engine.hyflash.gguf_weights import GGUFIndex
 
-    index = GGUFIndex(gguf)
-    try:
+    with GGUFIndex(gguf) as index:
         return index.embedding_shape()
-    finally:
-        index.close()
 
 
 def _eog_ids(gguf: Path) -> list[int]:

@@ -58,13 +58,10 @@ class TargetIdentity:
 
 def target_identity(path: str | Path) -> TargetIdentity:
     path = Path(path)
-    index = GGUFIndex(path)
-    try:
+    with GGUFIndex(path) as index:
         vocab, hidden = index.embedding_shape()
         arch = str(index.meta.get("general.architecture", ""))
         name = str(index.meta.get("general.name", ""))
-    finally:
-        index.close()
     return TargetIdentity(
         gguf_sha256=file_sha256(path),
         vocab_size=vocab,
@@ -165,6 +162,12 @@ class GGUFIndex:
         # The memory map stays valid for arrays still viewing it; only the file handle closes.
         self._file.close()
 
+    def __enter__(self) -> GGUFIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def _parse(self) -> None:
         buf = self._map
         if buf[:4] != b"GGUF":
@@ -235,13 +238,10 @@ class EmbeddingRows:
     (a conversation uses a few thousand distinct tokens at most)."""
 
     def __init__(self, path: str | Path, cache_limit: int = 65536) -> None:
-        index = GGUFIndex(path)
-        try:
+        with GGUFIndex(path) as index:
             self.vocab_size, self.hidden_size = index.embedding_shape()
             self._raw = index.rows_view(EMBED_NAME)
             self._qtype = gguf.GGMLQuantizationType(index.tensors[EMBED_NAME].qtype)
-        finally:
-            index.close()
         self._cache: dict[int, np.ndarray] = {}
         self._cache_limit = cache_limit
 
