@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -47,3 +51,15 @@ def test_long_training_prompts_never_reuse_a_benchmark_question(tokenizer_target
     assert len(questions) == 3 and len(bench_questions) == 3
     assert not questions & bench_questions
     assert not {p.prompt.key for p in train} & {p.prompt.key for p in bench}
+
+
+def test_long_answer_files_default_to_the_committed_names():
+    from engine.hyflash.commands import default_answers_path
+
+    # Benchmarks and RESULTS read these files: regenerating without --out must overwrite them,
+    # not leave the committed ones stale beside a differently named new file.
+    committed = [("long", "2048-4096"), ("long", "4096-7936"), ("long-train", "2048-4096")]
+    for split, bucket in committed:
+        assert (ROOT / default_answers_path(split, bucket)).is_file()
+    assert default_answers_path("long", "4096-7936").name == "long_4096-7936.jsonl"
+    assert default_answers_path("train", "2048-4096").name == "answers.jsonl"

@@ -6,17 +6,18 @@ import argparse
 import sys
 from pathlib import Path
 
-DEFAULT_CORPUS = Path("data/distill/smollm2-135m-instruct/answers.jsonl")
-EVAL_CORPUS = Path("data/distill/smollm2-135m-instruct/eval_answers.jsonl")
+DISTILL_DIR = Path("data/distill/smollm2-135m-instruct")
+DEFAULT_CORPUS = DISTILL_DIR / "answers.jsonl"
+EVAL_CORPUS = DISTILL_DIR / "eval_answers.jsonl"
 CONVERSATIONS_CORPUS = Path("runs/data/sharegpt-answers.jsonl")  # rebuilt in seconds
-LONG_CORPUS = Path("data/distill/smollm2-135m-instruct/long_answers.jsonl")
-LONG_TRAIN_CORPUS = Path("data/distill/smollm2-135m-instruct/long_train_answers.jsonl")
-DEFAULT_OUT = {
-    "train": DEFAULT_CORPUS,
-    "eval": EVAL_CORPUS,
-    "long": LONG_CORPUS,
-    "long-train": LONG_TRAIN_CORPUS,
-}
+
+
+def default_answers_path(split: str, bucket: str) -> Path:
+    """Where `data generate` writes by default; long-context files are named by split and
+    bucket (long_2048-4096.jsonl, long-train_2048-4096.jsonl), as the committed ones are."""
+    if split in ("long", "long-train"):
+        return DISTILL_DIR / f"{split}_{bucket}.jsonl"
+    return DEFAULT_CORPUS if split == "train" else EVAL_CORPUS
 
 
 def selected_prompts(args: argparse.Namespace, target) -> tuple[list, int]:
@@ -47,7 +48,7 @@ def cmd_data_generate(args: argparse.Namespace) -> int:
     from engine.target import LlamaTarget
 
     _, path = resolve_target(args.model)
-    out = Path(args.out or DEFAULT_OUT[args.split])
+    out = Path(args.out) if args.out else default_answers_path(args.split, args.bucket)
     with LlamaTarget(path, n_ctx=64) as probe:
         prompts, longest = selected_prompts(args, probe)
     target = LlamaTarget(path, n_ctx=max(512, longest), n_threads=args.threads)
@@ -134,7 +135,11 @@ def add_data_parser(sub) -> None:
         "(HotpotQA questions the benchmark does not use; --per-set of them)",
     )
     gen.add_argument("--bucket", default="2048-4096", help="long, long-train: prompt tokens lo-hi")
-    gen.add_argument("--out", default=None, help=f"default {DEFAULT_CORPUS} / {EVAL_CORPUS}")
+    gen.add_argument(
+        "--out",
+        default=None,
+        help=f"default {DEFAULT_CORPUS}, {EVAL_CORPUS}, or {DISTILL_DIR}/<split>_<bucket>.jsonl",
+    )
     gen.add_argument("--limit", type=int, default=None, help="first N prompts")
     gen.add_argument(
         "--per-set",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import struct
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -93,31 +94,30 @@ def load_target_weights(path: str | Path, *, reader: str = "index") -> TargetWei
     reader="gguf" goes through gguf.GGUFReader (seconds to open: it decodes every metadata
     array); "index" (default) locates the tensors with GGUFIndex; both dequantize with
     gguf.quants.dequantize and give identical arrays."""
-    if reader == "gguf":
-        tensors = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
-        if EMBED_NAME not in tensors:
-            raise ValueError(f"{Path(path).name} has no {EMBED_NAME}")
+    with ExitStack() as opened:  # the index's file handle closes once the matrices are read
+        if reader == "gguf":
+            tensors = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
 
-        def get(name: str) -> np.ndarray:
-            t = tensors[name]  # GGUF lists dims fastest first: [hidden, vocab]
-            return _dequantize_rows(t.data, t.tensor_type, int(t.shape[-1]))
+            def get(name: str) -> np.ndarray:
+                t = tensors[name]  # GGUF lists dims fastest first: [hidden, vocab]
+                return _dequantize_rows(t.data, t.tensor_type, int(t.shape[-1]))
 
-        names = set(tensors)
-    elif reader == "index":
-        index = GGUFIndex(path)
+            names = set(tensors)
+        elif reader == "index":
+            index = opened.enter_context(GGUFIndex(path))
 
-        def get(name: str) -> np.ndarray:
-            raw = index.rows_view(name)
-            return _dequantize_rows(raw, index.tensors[name].qtype, raw.shape[0])
+            def get(name: str) -> np.ndarray:
+                raw = index.rows_view(name)
+                return _dequantize_rows(raw, index.tensors[name].qtype, raw.shape[0])
 
-        names = set(index.tensors)
+            names = set(index.tensors)
+        else:
+            raise ValueError(f"unknown reader {reader!r}")
         if EMBED_NAME not in names:
             raise ValueError(f"{Path(path).name} has no {EMBED_NAME}")
-    else:
-        raise ValueError(f"unknown reader {reader!r}")
-    embedding = get(EMBED_NAME)
-    if HEAD_NAME in names:
-        return TargetWeights(embedding, get(HEAD_NAME), tied=False)
+        embedding = get(EMBED_NAME)
+        if HEAD_NAME in names:
+            return TargetWeights(embedding, get(HEAD_NAME), tied=False)
     return TargetWeights(embedding, embedding, tied=True)
 
 
