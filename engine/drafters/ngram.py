@@ -2,8 +2,11 @@
 
 The last n tokens (ending with the anchor) are looked up in the conversation so far; the
 tokens that followed their most recent earlier occurrence are proposed. Longer n-grams are
-tried first. The index is updated incrementally, so observe() and propose() cost O(new tokens)
-and O(max n) dict look-ups.
+tried first. When that continuation reaches the present (a loop shorter than the draft), the
+copy runs on through its own proposal, much as a token-by-token lookup on context + draft
+(llama.cpp's lookup decoding) would: a loop of period p fills the whole draft instead of
+stopping after p - 1 tokens. The index is updated incrementally, so observe() and propose()
+cost O(new tokens) and O(max n) dict look-ups.
 """
 
 from __future__ import annotations
@@ -49,7 +52,11 @@ class NgramDrafter:
             key = (*history[len(history) - (n - 1) :], int(anchor)) if n > 1 else (int(anchor),)
             start = self.index[n].get(key)
             if start is not None:
-                continuation = history[start : start + max_tokens]
+                # history[start:] + anchor is the matched n-gram's continuation up to now;
+                # repeating it is what copying through the proposal itself gives.
+                period = [*history[start : start + max_tokens], int(anchor)]
+                reps = -(-max_tokens // len(period))
+                continuation = (period * reps)[:max_tokens]
                 return Draft(np.asarray(continuation, dtype=np.int32), bucket=f"ngram{n}")
         return Draft.empty()
 
