@@ -53,13 +53,15 @@ def test_long_training_prompts_never_reuse_a_benchmark_question(tokenizer_target
     assert not {p.prompt.key for p in train} & {p.prompt.key for p in bench}
 
 
-def test_long_answer_files_default_to_the_committed_names():
-    from engine.hyflash.commands import default_answers_path
+def test_answer_files_default_to_the_committed_names_per_target():
+    from engine.hyflash.commands import DEFAULT_CORPUS, default_answers_path
 
-    # Benchmarks and RESULTS read these files: regenerating without --out must overwrite them,
+    # Benchmarks and RESULTS read these files: regenerating without --out must extend them,
     # not leave the committed ones stale beside a differently named new file.
     committed = [("long", "2048-4096"), ("long", "4096-7936"), ("long-train", "2048-4096")]
     for split, bucket in committed:
-        assert (ROOT / default_answers_path(split, bucket)).is_file()
-    assert default_answers_path("long", "4096-7936").name == "long_4096-7936.jsonl"
-    assert default_answers_path("train", "2048-4096").name == "answers.jsonl"
+        assert (ROOT / default_answers_path("smollm2-135m-instruct", split, bucket)).is_file()
+    assert default_answers_path("smollm2-135m-instruct", "train", "2048-4096") == DEFAULT_CORPUS
+    # answers are appended by key: another target's must go to its own folder
+    gemma = default_answers_path("gemma-3-270m-q4_k_m", "long", "2048-4096")
+    assert gemma.parent.name == "gemma-3-270m-q4_k_m" and gemma.name == "long_2048-4096.jsonl"

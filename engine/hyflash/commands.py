@@ -6,18 +6,20 @@ import argparse
 import sys
 from pathlib import Path
 
-DISTILL_DIR = Path("data/distill/smollm2-135m-instruct")
-DEFAULT_CORPUS = DISTILL_DIR / "answers.jsonl"
-EVAL_CORPUS = DISTILL_DIR / "eval_answers.jsonl"
+DISTILL_ROOT = Path("data/distill")
+DEFAULT_CORPUS = DISTILL_ROOT / "smollm2-135m-instruct" / "answers.jsonl"
+EVAL_CORPUS = DISTILL_ROOT / "smollm2-135m-instruct" / "eval_answers.jsonl"
 CONVERSATIONS_CORPUS = Path("runs/data/sharegpt-answers.jsonl")  # rebuilt in seconds
 
 
-def default_answers_path(split: str, bucket: str) -> Path:
-    """Where `data generate` writes by default; long-context files are named by split and
-    bucket (long_2048-4096.jsonl, long-train_2048-4096.jsonl), as the committed ones are."""
+def default_answers_path(model_id: str, split: str, bucket: str) -> Path:
+    """Where `data generate` writes by default: a folder per target (answers are appended by
+    key, so another model's answers must never land in this one's file), long-context files
+    named by split and bucket (long_2048-4096.jsonl), as the committed ones are."""
+    folder = DISTILL_ROOT / model_id
     if split in ("long", "long-train"):
-        return DISTILL_DIR / f"{split}_{bucket}.jsonl"
-    return DEFAULT_CORPUS if split == "train" else EVAL_CORPUS
+        return folder / f"{split}_{bucket}.jsonl"
+    return folder / ("answers.jsonl" if split == "train" else "eval_answers.jsonl")
 
 
 def selected_prompts(args: argparse.Namespace, target) -> tuple[list, int]:
@@ -47,8 +49,8 @@ def cmd_data_generate(args: argparse.Namespace) -> int:
     from engine.models import resolve_target
     from engine.target import LlamaTarget
 
-    _, path = resolve_target(args.model)
-    out = Path(args.out) if args.out else default_answers_path(args.split, args.bucket)
+    model_id, path = resolve_target(args.model)
+    out = Path(args.out) if args.out else default_answers_path(model_id, args.split, args.bucket)
     with LlamaTarget(path, n_ctx=64) as probe:
         prompts, longest = selected_prompts(args, probe)
     target = LlamaTarget(path, n_ctx=max(512, longest), n_threads=args.threads)
@@ -138,7 +140,8 @@ def add_data_parser(sub) -> None:
     gen.add_argument(
         "--out",
         default=None,
-        help=f"default {DEFAULT_CORPUS}, {EVAL_CORPUS}, or {DISTILL_DIR}/<split>_<bucket>.jsonl",
+        help=f"default {DISTILL_ROOT}/<model id>/answers.jsonl, eval_answers.jsonl or "
+        "<split>_<bucket>.jsonl",
     )
     gen.add_argument("--limit", type=int, default=None, help="first N prompts")
     gen.add_argument(
