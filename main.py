@@ -15,6 +15,10 @@ def main(argv: list[str] | None = None) -> int:
         from engine.selftest import run_self_test
 
         return run_self_test(argv[1:])
+    if argv[:1] == ["--kernel-check"]:  # the child engine.kernels starts (frozen app)
+        from engine.kernel_probe import main as kernel_check
+
+        return kernel_check(argv[1:])
     if argv[:1] in (["-h"], ["--help"]):
         print(
             "usage: python main.py [app options]      open the chat window\n"

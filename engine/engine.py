@@ -19,10 +19,11 @@ from engine.events import (
     Event,
     GenerationSettings,
 )
+from engine.kernels import decide, requested_verify_mode
 from engine.models import load_catalog, resolve_target
 from engine.paths import resources_dir
 from engine.speculative import generate_tokens
-from engine.target import LlamaTarget
+from engine.target import LlamaTarget, default_threads
 
 DRAFTER_CHOICES = ("none", "ngram", "hyflash")
 
@@ -38,6 +39,10 @@ class EngineInfo:
     drafter: str
     model_bytes: int
     kv_bytes_per_token: int
+    kernels: tuple[str, ...]  # what the kernel check found, one line per configuration
+    verify_mode: str  # "exact" | "fast"
+    verify_chunk: int  # most rows per verify decode; 0 = whole blocks
+    verify_reason: str
 
 
 def hyflash_drafter_dir(model_id: str) -> Path:
@@ -101,23 +106,38 @@ class Engine:
         max_block: int = 16,
         profile: bool = True,
         progress: Callable[[str], None] | None = None,
+        extra_bufts: bool | None = None,
+        verify_mode: str | None = None,
     ) -> None:
         """Load the target (and time this machine's verify cost unless profile=False); a
         drafter that does not fit the target raises DrafterMismatchError, nothing stays loaded.
-        `progress` receives short status lines while loading."""
+        `progress` receives short status lines while loading. extra_bufts forces llama.cpp's
+        extra buffer types on or off (None: the kernel check decides); verify_mode is auto,
+        exact or fast (None: $HYFLASH_VERIFY, else auto); see engine.kernels."""
         report = progress or (lambda message: None)
         report("finding the model")
         self.model_id, self.model_path = resolve_target(model)
         self.backend = choose(probe(), backend, model_bytes=self.model_path.stat().st_size)
+        requested_mode = requested_verify_mode(verify_mode)
+        threads = n_threads or default_threads()
+        self.kernels = decide(
+            self.model_path,
+            n_threads=threads,
+            n_gpu_layers=self.backend.n_gpu_layers,
+            extra_bufts=extra_bufts,
+            progress=report,
+        )
         report(f"loading {self.model_path.name} ({self.backend.name})")
         self.target = LlamaTarget(
             self.model_path,
             n_ctx=n_ctx,
-            n_threads=n_threads,
+            n_threads=threads,
             n_gpu_layers=self.backend.n_gpu_layers,
+            kernels=self.kernels,
         )
         self.template = ChatTemplate.for_target(self.target)
         self.max_block = min(max_block, MAX_BLOCK_SIZE)
+        self.verify = self.kernels.verify_plan(requested_mode, self.max_block)
         if profile:
             report("timing this machine's verify cost")
         self.cost = CostModel(profile_costs(self._timed_decode)) if profile else None
@@ -132,6 +152,10 @@ class Engine:
         self._lock = threading.Lock()
 
     # ----- configuration --------------------------------------------------------------------
+
+    def set_verify_mode(self, mode: str) -> None:
+        """auto | exact | fast, without reloading (engine.kernels.VerifyPlan)."""
+        self.verify = self.kernels.verify_plan(requested_verify_mode(mode), self.max_block)
 
     def set_drafter(self, spec: str) -> None:
         """Switch drafters without reloading the target; a mismatch keeps the old one."""
@@ -149,11 +173,18 @@ class Engine:
             drafter=self.drafter.name,
             model_bytes=self.target.model_size_bytes(),
             kv_bytes_per_token=self.target.kv_bytes_per_token(),
+            kernels=tuple(self.kernels.summary()),
+            verify_mode=self.verify.mode,
+            verify_chunk=self.verify.chunk or 0,
+            verify_reason=self.verify.reason,
         )
 
     def _timed_decode(self, n: int) -> None:
+        # the cost of verifying n tokens as the loop does: in chunks where exactness needs them
         start = self.target.n_past
-        self.target.decode([self.target.bos_token] * n)
+        step = self.verify.chunk or n
+        for i in range(0, n, step):
+            self.target.decode([self.target.bos_token] * min(step, n - i))
         self.target.truncate(start)
 
     # ----- prompts --------------------------------------------------------------------------
@@ -203,6 +234,8 @@ class Engine:
                     settings,
                     chooser=self.chooser,
                     cancel=cancel,
+                    verify_chunk=self.verify.chunk,
+                    verify_mode=self.verify.mode,
                 )
             except EngineError as exc:
                 yield ErrorEvent(str(exc))

@@ -52,15 +52,16 @@ def sample(p: np.ndarray, rng: np.random.Generator) -> int:
     return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(p) - 1))
 
 
-def accept_greedy(target_logits: np.ndarray, draft_tokens: np.ndarray) -> tuple[int, int]:
-    """Return (accepted count a, next token) for rows p_0..p_k and drafts d_1..d_k."""
+def accept_greedy(target_logits: np.ndarray, draft_tokens: np.ndarray) -> tuple[int, int | None]:
+    """Return (accepted count a, next token) for rows p_0..p_k and drafts d_1..d_k. Given as
+    many rows as drafts (a chunk of a longer block), the token is None when all pass."""
     choices = np.argmax(target_logits, axis=-1)
     a = 0
     for d in draft_tokens:
         if int(d) != int(choices[a]):
             break
         a += 1
-    return a, int(choices[a])
+    return a, int(choices[a]) if a < len(choices) else None
 
 
 def accept_sampling(
@@ -75,7 +76,8 @@ def accept_sampling(
     rngs: one generator per row, seeded by output position, so a token's randomness does not
     depend on how many drafts were verified. With one-hot drafts the rule "sample x ~ p, accept
     iff x == d" is exactly the rejection rule (accept w.p. p(d), else a sample of p without d),
-    so seeded output is then identical to plain sampling, token for token."""
+    so seeded output is then identical to plain sampling, token for token. With as many rows
+    as drafts (a chunk of a longer block) the token is None when all pass."""
     for i, d in enumerate(int(t) for t in draft_tokens):
         p = target_probs[i]
         if draft_probs is None:
@@ -91,4 +93,6 @@ def accept_sampling(
         # total == 0 only when p == q exactly, where rejection has probability 0; guard anyway
         return i, sample(residual / total if total > 0 else p, rngs[i])
     k = len(draft_tokens)
+    if k == len(target_probs):  # a chunk without the block's last row: no bonus yet
+        return k, None
     return k, sample(target_probs[k], rngs[k])

@@ -13,7 +13,7 @@ import codecs
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,6 +97,57 @@ class _Counters:
     verify_s: float = 0.0
 
 
+def _judge(
+    warp: Warp,
+    seed: int,
+    position: int,
+    draft_tokens: np.ndarray,
+    draft_probs: np.ndarray | None,
+) -> Callable[[np.ndarray, int, int], tuple[int, int | None]]:
+    """The acceptance test for verify_block: rows i.. against drafts d_{i+1}..d_{i+n}, each
+    output position with its own randomness, so chunking never changes a decision."""
+
+    def judge(logits: np.ndarray, i: int, n: int) -> tuple[int, int | None]:
+        drafts = draft_tokens[i : i + n]
+        if warp.greedy:
+            return accept_greedy(logits, drafts)
+        probs = np.stack([warp_probs(row, warp) for row in logits])
+        rngs = [_position_rng(seed, position + i + j) for j in range(len(logits))]
+        q = draft_probs[i : i + n] if draft_probs is not None else None
+        return accept_sampling(probs, drafts, q, rngs)
+
+    return judge
+
+
+def verify_block(
+    target: LlamaTarget,
+    block: Sequence[int],
+    judge: Callable[[np.ndarray, int, int], tuple[int, int | None]],
+    chunk: int | None = None,
+) -> tuple[int, int, np.ndarray | None, int]:
+    """Decode block = [anchor, d_1..d_k] in target decodes of at most `chunk` rows (None:
+    one decode) and accept drafts. judge(logits, i, n) tests drafts d_{i+1}..d_{i+n} against
+    rows i..; it returns (accepted, token): token is the correction at the first rejection, the
+    bonus when the rows include the last one, else None (all passed, more rows to come). A
+    chunk with a rejection ends the step: later drafts are never decoded. Returns (accepted,
+    next token, features of the decoded rows or None, rows decoded)."""
+    k = len(block) - 1
+    step = chunk or len(block)
+    accepted, features = 0, []
+    for i in range(0, len(block), step):
+        out = target.decode(list(block[i : i + step]))
+        if out.features is not None:
+            features.append(out.features)
+        rows = len(out.logits)
+        n = min(rows, k - i)  # drafts these rows test; one fewer in the chunk with the bonus
+        a, token = judge(out.logits, i, n)
+        accepted += a
+        if token is not None:
+            feats = np.concatenate(features) if features else None
+            return accepted, token, feats, i + rows
+    raise AssertionError("the last chunk always yields a token")  # pragma: no cover
+
+
 def generate_tokens(
     target: LlamaTarget,
     drafter: Drafter,
@@ -105,9 +156,13 @@ def generate_tokens(
     *,
     chooser: BlockSizeChooser | None = None,
     cancel: threading.Event | None = None,
+    verify_chunk: int | None = None,
+    verify_mode: str = "exact",
 ) -> Iterator[Event]:
     """Generate a continuation of prompt_tokens; yields TextDelta, StepStats, then Finished
-    (or ErrorEvent for bad input)."""
+    (or ErrorEvent for bad input). verify_chunk: most rows per target decode (the largest
+    batch whose rows equal single-token decodes; engine.kernels), None for whole blocks;
+    verify_mode names that choice in the stats."""
     t_start = time.perf_counter()
     try:
         fixed_block = validate_block_size(settings.block_size)
@@ -210,25 +265,20 @@ def generate_tokens(
 
         # --- verify ---------------------------------------------------------------------
         start = target.n_past
-        out = target.decode([anchor, *draft_tokens.tolist()])
-        t2 = time.perf_counter()
         k = len(draft_tokens)
-        if chooser is not None:
+        judge = _judge(warp, seed, len(generated), draft_tokens, draft_probs)
+        a, next_token, features, rows = verify_block(
+            target, [anchor, *draft_tokens.tolist()], judge, verify_chunk
+        )
+        t2 = time.perf_counter()
+        if chooser is not None and rows == k + 1:  # an early stop timed fewer rows
             chooser.cost.observe(k + 1, t2 - t1)
-        if warp.greedy:
-            a, next_token = accept_greedy(out.logits, draft_tokens)
-        else:
-            probs = np.stack([warp_probs(row, warp) for row in out.logits])
-            rngs = [_position_rng(seed, len(generated) + i) for i in range(k + 1)]
-            a, next_token = accept_sampling(probs, draft_tokens, draft_probs, rngs)
 
         # --- rollback and commit ----------------------------------------------------------
         target.truncate(start + a + 1)
         accepted = draft_tokens[:a].tolist()
         t3 = time.perf_counter()
-        drafter.observe(
-            [anchor, *accepted], out.features[: a + 1] if out.features is not None else None
-        )
+        drafter.observe([anchor, *accepted], features[: a + 1] if features is not None else None)
         observe_s = time.perf_counter() - t3  # drafter time too: folding in what was committed
         new_tokens = [*accepted, next_token]
         stream_tokens.extend(new_tokens)
@@ -288,6 +338,8 @@ def generate_tokens(
             draft_ms=1000 * counters.draft_s / counters.steps,
             verify_ms=1000 * counters.verify_s / counters.steps,
             block_size_mode=block_mode,
+            verify_mode=verify_mode,
+            verify_chunk=verify_chunk or 0,
         )
         yield stats
         if finished:

@@ -20,6 +20,7 @@ import llama_cpp
 import numpy as np
 
 from engine.events import ContextOverflowError, EngineError, ModelLoadError
+from engine.kernels import KernelConfig, KernelVerdict, decide
 from engine.models import check_gguf
 
 _GGML_TYPE_SIZE = {1: 2.0, 0: 4.0, 8: 34 / 32}  # f16, f32, q8_0 bytes per element (KV types)
@@ -91,7 +92,10 @@ class LlamaTarget:
         n_gpu_layers: int = 0,
         capture_layers: Sequence[int] = (),
         features: bool = False,
+        kernels: KernelConfig | KernelVerdict | None = None,
     ) -> None:
+        """kernels: the configuration to load with; None decides it (engine.kernels: a check
+        in a child process the first time a model is used on this machine, then cached)."""
         path = Path(model_path)
         check_gguf(path)
         self.path = path
@@ -99,9 +103,15 @@ class LlamaTarget:
         self._model = None
         self._ctx = None
         self._batch = None
+        if kernels is None:
+            kernels = decide(path, n_threads=self.n_threads, n_gpu_layers=n_gpu_layers)
+        # the verdict (how exact batched rows are) when known; a bare config carries none
+        self.kernel_verdict = kernels if isinstance(kernels, KernelVerdict) else None
+        self.kernels = kernels.config if isinstance(kernels, KernelVerdict) else kernels
 
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
+        mparams.use_extra_bufts = self.kernels.extra_bufts
         model = llama_cpp.llama_model_load_from_file(str(path).encode("utf-8"), mparams)
         if not model:
             raise ModelLoadError(

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from engine.backends import CPU_EP, create_session
 from engine.drafters.base import Draft
 from engine.events import DrafterMismatchError
 from engine.hyflash.config import DrafterConfig, draft_memory_bytes
@@ -174,7 +175,7 @@ class HyFlashDrafter:
         card: dict | None = None,
         weights: str = "fp32",
         threads: int = 2,
-        providers: Sequence[str | tuple[str, dict]] | None = None,
+        providers: Sequence[str] | None = None,
         spin: bool = False,
     ) -> None:
         folder = Path(folder)
@@ -183,14 +184,20 @@ class HyFlashDrafter:
         self.cfg = DrafterConfig.from_dict(self.card["config"])
         self.files = self.card.get("files", {})
         self.weights = weights
-        opts = session_options(threads, spin)
-        providers = list(providers or ["CPUExecutionProvider"])
-        self._propose = ort.InferenceSession(
-            str(folder / self._file("propose", weights)), opts, providers=providers
-        )
-        self._observe = ort.InferenceSession(
-            str(folder / self._file("observe", weights)), opts, providers=providers
-        )
+        # through the backend choice's provider list, with its verified fallback (a provider
+        # counts only if the session really took it) and plugin EPs such as onnxruntime-qnn
+        providers = list(providers or [CPU_EP])
+        opened = [
+            create_session(
+                folder / self._file(graph, weights),
+                providers,
+                session_options=session_options(threads, spin),
+            )
+            for graph in ("propose", "observe")
+        ]
+        self._propose, self._observe = (r.session for r in opened)
+        self.provider = opened[0].provider  # where the drafter runs
+        self.provider_fallbacks = [line for r in opened for line in r.fallback_log]
         self._propose_inputs = {i.name for i in self._propose.get_inputs()}
         self._propose_outputs = [o.name for o in self._propose.get_outputs()]
         self._observe_outputs = [o.name for o in self._observe.get_outputs()]
@@ -227,7 +234,7 @@ class HyFlashDrafter:
         *,
         weights: str | None = None,
         threads: int = 2,
-        providers: Sequence[str | tuple[str, dict]] | None = None,
+        providers: Sequence[str] | None = None,
         spin: bool = False,
     ) -> HyFlashDrafter:
         """Open a drafter folder for `target` (anything with path, n_vocab, n_embd: normally a
