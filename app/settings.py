@@ -22,7 +22,11 @@ DRAFTER_LABELS = {"hyflash": "HyFlash (learned)", "ngram": "N-gram lookup", "non
 BACKENDS = ("auto", "cpu", "cuda", "metal", "qnn")
 THEMES = ("system", "light", "dark")
 # Changing one of these rebuilds the llama.cpp context, so the model is reloaded.
-RELOAD_FIELDS = ("model", "n_ctx", "n_threads", "backend")
+# llama.cpp's extra buffer types (auto = the kernel check decides) and how verified blocks are
+# split for exactness (engine.kernels).
+EXTRA_BUFTS = ("auto", "on", "off")
+VERIFY_MODES = ("auto", "exact", "fast")
+RELOAD_FIELDS = ("model", "n_ctx", "n_threads", "backend", "extra_bufts", "verify_mode")
 
 
 def auto_threads() -> int:
@@ -42,6 +46,8 @@ class AppSettings:
     n_ctx: int = 4096
     n_threads: int = 0  # 0 = auto_threads()
     backend: str = "auto"
+    extra_bufts: str = "auto"
+    verify_mode: str = "auto"
     model: str | None = None  # catalog id or .gguf path; None = the embedded default
     theme: str = "system"
     font_size: int = 10
@@ -76,6 +82,8 @@ def _valid(name: str, value: object) -> bool:
         "n_ctx": is_int and 256 <= value <= 131072,
         "n_threads": is_int and 0 <= value <= 256,
         "backend": value in BACKENDS,
+        "extra_bufts": value in EXTRA_BUFTS,
+        "verify_mode": value in VERIFY_MODES,
         "model": value is None or (isinstance(value, str) and bool(value.strip())),
         "theme": value in THEMES,
         "font_size": is_int and 7 <= value <= 24,

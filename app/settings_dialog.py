@@ -24,8 +24,10 @@ from app.settings import (
     BACKENDS,
     DRAFTER_LABELS,
     DRAFTERS,
+    EXTRA_BUFTS,
     MAX_UI_BLOCK,
     THEMES,
+    VERIFY_MODES,
     AppSettings,
     auto_threads,
     needs_reload,
@@ -36,7 +38,15 @@ RELOAD_LABELS = {
     "n_ctx": "context length",
     "n_threads": "CPU threads",
     "backend": "backend",
+    "extra_bufts": "extra CPU kernels",
+    "verify_mode": "verify mode",
     "model": "model",
+}
+EXTRA_BUFTS_LABELS = {"auto": "Auto (checked per model)", "on": "On", "off": "Off"}
+VERIFY_LABELS = {
+    "auto": "Auto (exact where it costs little)",
+    "exact": "Exact (token-identical to plain decoding)",
+    "fast": "Fast (whole blocks; rounding may differ)",
 }
 
 
@@ -125,6 +135,18 @@ class SettingsDialog(QDialog):
             else:
                 _disable_item(self.backend, i, reason)
         form.addRow("Backend", self.backend)
+        self.extra_bufts = _combo([(EXTRA_BUFTS_LABELS[v], v) for v in EXTRA_BUFTS])
+        self.extra_bufts.setToolTip(
+            "llama.cpp's extra weight layouts (CPU repack, AMX). Auto: a check in a separate "
+            "process decides once per model and machine (on some CPUs they crash)."
+        )
+        form.addRow("Extra CPU kernels", self.extra_bufts)
+        self.verify_mode = _combo([(VERIFY_LABELS[v], v) for v in VERIFY_MODES])
+        self.verify_mode.setToolTip(
+            "Some llama.cpp kernels round differently for many rows than for one. Exact "
+            "verifies drafts in chunks whose results equal plain decoding bit for bit."
+        )
+        form.addRow("Verify mode", self.verify_mode)
         col.addWidget(runtime)
 
         look = QGroupBox("Appearance")
@@ -154,7 +176,8 @@ class SettingsDialog(QDialog):
         self._load(settings)
         for w in (self.n_ctx, self.threads):
             w.valueChanged.connect(self._update_note)
-        self.backend.currentIndexChanged.connect(self._update_note)
+        for combo in (self.backend, self.extra_bufts, self.verify_mode):
+            combo.currentIndexChanged.connect(self._update_note)
         self._update_note()
 
     def _load(self, s: AppSettings) -> None:
@@ -166,6 +189,8 @@ class SettingsDialog(QDialog):
         self.n_ctx.setValue(s.n_ctx)
         self.threads.setValue(s.n_threads)
         _select(self.backend, s.backend)
+        _select(self.extra_bufts, s.extra_bufts)
+        _select(self.verify_mode, s.verify_mode)
         _select(self.theme, s.theme)
         self.font_size.setValue(s.font_size)
         self.tint.setChecked(s.tint_drafted)
@@ -184,6 +209,8 @@ class SettingsDialog(QDialog):
             n_ctx=self.n_ctx.value(),
             n_threads=self.threads.value(),
             backend=self.backend.currentData(),
+            extra_bufts=self.extra_bufts.currentData(),
+            verify_mode=self.verify_mode.currentData(),
             theme=self.theme.currentData(),
             font_size=self.font_size.value(),
             tint_drafted=self.tint.isChecked(),

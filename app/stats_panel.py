@@ -363,15 +363,27 @@ class StatsPanel(QScrollArea):
         self.state.setText("last answer")
 
     def set_engine(
-        self, model: str, drafter: str, backend: str, reason: str, n_ctx: int, threads: int
+        self,
+        model: str,
+        drafter: str,
+        backend: str,
+        reason: str,
+        n_ctx: int,
+        threads: int,
+        kernels: tuple[str, ...] = (),
+        verify: str = "",
     ) -> None:
-        self._engine = (model, drafter, backend, reason, n_ctx, threads)
+        """The loaded engine; kernels: what the kernel check found (one line per
+        configuration), verify: the verify mode in force and why."""
+        self._engine = (model, drafter, backend, reason, n_ctx, threads, kernels, verify)
         muted = theme.colors().muted
         e = html.escape
+        found = "".join(f"<br>{e(line)}" for line in kernels)
         self.engine_label.setText(
             f"<b>{e(model)}</b><br>drafter <b>{e(drafter)}</b> · backend <b>{e(backend)}</b><br>"
             f"context {n_ctx} · {threads} CPU thread{'s' if threads != 1 else ''}"
-            f"<br><span style='color:{muted}'>{e(reason)}</span>"
+            f"<br><span style='color:{muted}'>{e(reason)}{found}</span>"
+            + (f"<br>verify <b>{e(verify)}</b>" if verify else "")
         )
 
     def set_block_setting(self, block_size: str | int) -> None:

@@ -40,6 +40,8 @@ class EngineConfig:
     n_ctx: int = 4096
     n_threads: int | None = None
     backend: str = "auto"
+    extra_bufts: bool | None = None  # None: the kernel check decides
+    verify_mode: str = "auto"
 
 
 @dataclass
@@ -102,6 +104,8 @@ class EngineWorker(QObject):
                 n_ctx=config.n_ctx,
                 n_threads=config.n_threads,
                 backend=config.backend,
+                extra_bufts=config.extra_bufts,
+                verify_mode=config.verify_mode,
                 progress=lambda step: self.stateChanged.emit("loading", step.capitalize() + "…"),
             )
         except Exception as exc:  # noqa: BLE001 - any load failure must leave the app usable

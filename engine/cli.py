@@ -15,6 +15,7 @@ from engine.events import (
     StepStats,
     TextDelta,
 )
+from engine.kernels import add_kernel_args, kernel_kwargs
 
 
 def _block_size(value: str) -> int | str:
@@ -33,6 +34,7 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--n-ctx", type=int, default=4096, help="context length in tokens")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    add_kernel_args(p)
 
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -60,7 +62,13 @@ def _load_engine(args: argparse.Namespace):
     from engine.events import DrafterMismatchError
 
     def load(drafter: str):
-        return Engine(args.model, drafter=drafter, n_ctx=args.n_ctx, n_threads=args.threads)
+        return Engine(
+            args.model,
+            drafter=drafter,
+            n_ctx=args.n_ctx,
+            n_threads=args.threads,
+            **kernel_kwargs(args),
+        )
 
     if args.drafter is not None:
         return load(args.drafter)
@@ -105,6 +113,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
             "prompt_tokens": finished.prompt_tokens,
             "model": engine.model_id,
             "drafter": engine.drafter.name,
+            "kernels": list(engine.kernels.summary()),
+            "verify_reason": engine.verify.reason,
             "stats": finished.stats.to_dict() if finished.stats else None,
         }
         print(json.dumps(out, ensure_ascii=False))

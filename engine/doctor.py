@@ -8,13 +8,22 @@ import json
 from engine.backends import BACKEND_NAMES, choose, describe, probe
 
 
-def doctor_report(as_json: bool = False, backend: str | None = None) -> str:
-    """The probe, the choice for `backend` (None = auto) and the reason, as text or JSON."""
+def doctor_report(
+    as_json: bool = False, backend: str | None = None, model: str | None = None
+) -> str:
+    """The probe, the choice for `backend` (None = auto) and the reason, and what the kernel
+    check found for `model` (None = the default model), as text or JSON."""
     p = probe()
     choice = choose(p, backend)
     cache = _model_cache()
+    kernels = kernel_report(model, choice.n_gpu_layers)
     if as_json:
-        report = {"probe": p.to_dict(), "choice": choice.to_dict(), "model_cache": cache}
+        report = {
+            "probe": p.to_dict(),
+            "choice": choice.to_dict(),
+            "model_cache": cache,
+            "kernels": kernels,
+        }
         return json.dumps(report, indent=2)
     rows = describe(p)
     n, size = len(cache["installed"]), sum(m["size_bytes"] for m in cache["installed"])
@@ -29,8 +38,41 @@ def doctor_report(as_json: bool = False, backend: str | None = None) -> str:
         ("Drafter", " -> ".join(choice.drafter_providers)),
         ("Why", choice.reason),
     ]
+    if "error" in kernels:
+        rows.append(("Kernels", kernels["error"]))
+    else:
+        rows.append(("Kernels for", f"{kernels['model']} ({kernels['threads']} threads)"))
+        rows += [("Kernels", line) for line in kernels["lines"]]
+        rows.append(("Verify", f"{kernels['verify_mode']}: {kernels['verify_reason']}"))
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
+
+
+def kernel_report(model: str | None, n_gpu_layers: int = 0) -> dict:
+    """The kernel verdict for a model on this machine (checked now if not remembered) and the
+    verify mode the engine would use with its default largest block."""
+    from engine.blocksize import DEFAULT_MAX_BLOCK
+    from engine.events import EngineError
+    from engine.kernels import decide, requested_verify_mode
+    from engine.models import resolve_target
+    from engine.target import default_threads
+
+    try:
+        model_id, path = resolve_target(model)
+        threads = default_threads()
+        verdict = decide(path, n_threads=threads, n_gpu_layers=n_gpu_layers)
+        plan = verdict.verify_plan(requested_verify_mode(), DEFAULT_MAX_BLOCK)
+    except (EngineError, ValueError, OSError) as exc:
+        return {"error": str(exc)}
+    return {
+        "model": model_id,
+        "threads": threads,
+        "lines": verdict.summary(),
+        "verdict": verdict.to_dict(),
+        "verify_mode": plan.mode,
+        "verify_chunk": plan.chunk or 0,
+        "verify_reason": plan.reason,
+    }
 
 
 def _model_cache() -> dict:
@@ -51,10 +93,21 @@ def add_doctor_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
         type=str.lower,
         help="show the choice as if this backend were forced (default: auto)",
     )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="catalog id or .gguf path for the kernel check (default: the embedded model)",
+    )
     parser.set_defaults(func=run_doctor)
     return parser
 
 
 def run_doctor(args: argparse.Namespace) -> int:
-    print(doctor_report(as_json=args.json, backend=getattr(args, "backend", None)))
+    print(
+        doctor_report(
+            as_json=args.json,
+            backend=getattr(args, "backend", None),
+            model=getattr(args, "model", None),
+        )
+    )
     return 0

@@ -8,7 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.backends import BackendChoice, choose, probe
-from engine.blocksize import MAX_BLOCK_SIZE, BlockSizeChooser, CostModel, profile_costs
+from engine.blocksize import (
+    DEFAULT_MAX_BLOCK,
+    MAX_BLOCK_SIZE,
+    BlockSizeChooser,
+    CostModel,
+    profile_costs,
+)
 from engine.chat_template import ChatTemplate
 from engine.drafters import NgramDrafter, NoDrafter
 from engine.drafters.base import Drafter
@@ -103,7 +109,7 @@ class Engine:
         n_ctx: int = 4096,
         n_threads: int | None = None,
         backend: str | None = None,
-        max_block: int = 16,
+        max_block: int = DEFAULT_MAX_BLOCK,
         profile: bool = True,
         progress: Callable[[str], None] | None = None,
         extra_bufts: bool | None = None,

@@ -20,6 +20,7 @@ llama.cpp's own speculative decoding).
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -433,3 +434,33 @@ def decide(
     verdict = KernelVerdict(pick.config, pick.exact_upto, (*results, *kept), why)
     _write_json(verdicts_dir() / f"{key}.json", verdict.to_dict())
     return verdict
+
+
+# ---------------------------------------------------------------------------------------------
+# Command-line options (generate, chat, bench)
+
+
+def add_kernel_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--extra-bufts",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="llama.cpp's extra weight buffer types (CPU repack, AMX); auto: the kernel check "
+        "decides (also $HYFLASH_EXTRA_BUFTS)",
+    )
+    p.add_argument(
+        "--verify-mode",
+        choices=("auto", "exact", "fast"),
+        default=None,
+        help="exact: verify in chunks whose rows equal single-token decodes; fast: whole "
+        "blocks (default: $HYFLASH_VERIFY, else auto)",
+    )
+
+
+def kernel_kwargs(args: argparse.Namespace) -> dict:
+    """Engine keyword arguments from add_kernel_args' options."""
+    extra = getattr(args, "extra_bufts", "auto")
+    return {
+        "extra_bufts": None if extra == "auto" else extra == "on",
+        "verify_mode": getattr(args, "verify_mode", None),
+    }

@@ -51,6 +51,9 @@ def run_self_test(argv: list[str]) -> int:
             "tokens": len(finished.token_ids),
             "tau": round(finished.stats.tau_mean, 3),
             "tokens_per_s": round(finished.stats.tokens_per_s, 1),
+            "kernels": list(info.kernels),
+            "verify_mode": info.verify_mode,
+            "verify_reason": info.verify_reason,
             "text": finished.text,
         }
         print(json.dumps(report))

@@ -280,6 +280,11 @@ def test_doctor_text_json_and_cli(capsys, tmp_path, monkeypatch) -> None:
     data = json.loads(doctor_report(as_json=True, backend="qnn"))
     assert data["choice"]["fell_back"] and data["probe"]["cpu"]["arch"] == "x86_64"
     assert data["model_cache"] == {"dir": str(tmp_path / "models"), "installed": []}
+    # the kernel check for the default model: what it found and the verify mode it implies
+    assert "Kernels" in text and "using extra buffer types" in text and "Verify" in text
+    kernels = data["kernels"]
+    assert kernels["model"] == "smollm2-135m-instruct" and kernels["verify_mode"] == "exact"
+    assert any(r["outcome"] == "works" for r in kernels["verdict"]["results"])
 
     import argparse
 
@@ -340,3 +345,27 @@ def test_plugin_provider_session_falls_back_to_cpu(tmp_path, monkeypatch) -> Non
     result = b.create_session(path, [QNN_EP])  # the fake device makes the real ORT refuse
     assert result.provider == CPU_EP and not result.attempts[0].ok
     assert _run(result.session) == [3.0, -4.0]
+
+
+def test_hyflash_drafter_opens_its_sessions_with_the_backend_choice(engine, monkeypatch) -> None:
+    """The run-time drafter goes through create_session with the provider list the backend
+    choice made: here a simulated QNN plugin device that fails, so CPU takes over, verified."""
+    from engine.drafters import hyflash as runtime
+    from engine.engine import make_drafter
+
+    seen = []
+    real = runtime.create_session
+
+    def spy(path, providers, **kwargs):
+        seen.append(list(providers))
+        return real(path, providers, **kwargs)
+
+    monkeypatch.setattr(runtime, "create_session", spy)
+    monkeypatch.setattr(ort, "get_ep_devices", lambda: [_FakeDevice(QNN_EP)])
+    choice = b.BackendChoice("QNN", "qnn", "CPU", 0, (QNN_EP, CPU_EP), "simulated Snapdragon")
+    drafter = make_drafter("hyflash", engine.model_id, engine.target, choice)
+    assert seen == [[QNN_EP, CPU_EP], [QNN_EP, CPU_EP]]  # propose and observe
+    assert drafter.provider == CPU_EP
+    assert any(line.startswith(QNN_EP) for line in drafter.provider_fallbacks)
+    draft = drafter.propose(engine.target.bos_token, 3)
+    assert len(draft.tokens) == 3

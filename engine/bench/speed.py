@@ -21,6 +21,7 @@ from engine.bench.prompts import CHAT_PROMPTS
 from engine.bench.report import publish
 from engine.blocksize import profile_costs
 from engine.events import ErrorEvent, Finished, GenerationSettings
+from engine.kernels import add_kernel_args, kernel_kwargs
 
 
 @dataclass
@@ -175,7 +176,9 @@ def run_bench(args: argparse.Namespace) -> dict:
 
     prompts = bench_prompts(args.prompt_set, args.prompts, args.per_set)
     configs = parse_configs(args.configs)
-    engine = Engine(args.model, drafter="none", n_ctx=args.n_ctx, n_threads=args.threads)
+    engine = Engine(
+        args.model, drafter="none", n_ctx=args.n_ctx, n_threads=args.threads, **kernel_kwargs(args)
+    )
     keys = ["none:1", *(f"{d}:{b}" for d, b in configs)]
     names = {"none:1": "plain", **{f"{d}:{b}": f"{d} (block {b})" for d, b in configs}}
     sets = list(dict.fromkeys(name for name, _ in prompts))
@@ -249,6 +252,8 @@ def run_bench(args: argparse.Namespace) -> dict:
         "machine": machine_info(engine.target.n_threads),
         "model": engine.model_id,
         "model_path": str(engine.model_path),
+        "kernels": list(engine.kernels.summary()),
+        "verify": {"mode": engine.verify.mode, "chunk": engine.verify.chunk or 0},
         "prompt_set": args.prompt_set,
         "prompts": len(prompts),
         "max_tokens": args.max_tokens,
@@ -370,6 +375,7 @@ def add_bench_parser(sub) -> None:
         "--temperature", type=float, default=0.0, help="0 = greedy (outputs checked identical)"
     )
     p.add_argument("--threads", type=int, default=None)
+    add_kernel_args(p)
     p.add_argument("--quick", action="store_true", help="CI-sized run")
     p.add_argument("--out", default=None, help="folder for speed.json and speed.md")
     p.set_defaults(func=cmd_bench)
