@@ -27,7 +27,7 @@ _CHECK_TEXT = (
     "Answer: 120 / 1.5 = 80 km/h. "
 )
 CONTEXTS = (16, 200)  # rows are compared after a short and a longer context
-TIMED_ROWS = (1, 2, 4, 8, 16)
+TIMED_ROWS = (1, 2, 4, 8, 16, 32)
 
 
 def check_tokens(target, n: int) -> list[int]:
@@ -64,7 +64,7 @@ def exact_rows(
     return len(block), None
 
 
-def decode_times_ms(target, tokens: Sequence[int], repeats: int = 3) -> dict[int, float]:
+def decode_times_ms(target, tokens: Sequence[int], repeats: int = 5) -> dict[int, float]:
     start = target.n_past
     times = {}
     for n in TIMED_ROWS:
