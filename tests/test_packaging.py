@@ -252,6 +252,9 @@ def test_bundle_self_test_outside_repo(bundle: Path, tmp_path: Path) -> None:
     assert report["ok"] is True
     assert report["tokens"] > 0
     assert report["model"] == "smollm2-135m-instruct"
+    # a fresh cache: the frozen app ran the kernel check in a child of itself (--kernel-check)
+    assert any("works" in line for line in report["kernels"]), report["kernels"]
+    assert report["verify_mode"] in ("exact", "fast") and report["verify_reason"]
 
 
 @pytest.mark.packaging
