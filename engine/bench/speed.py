@@ -171,6 +171,23 @@ def conversation(engine, prompt: str | tuple[str, str], max_tokens: int) -> str 
     ]
 
 
+def speedup_interval(
+    rows: list[dict], key: str, level: float = 0.95, n_boot: int = 2000, seed: int = 0
+) -> list[float]:
+    """Bootstrap interval over prompts of a config's speedup (its total tokens / total decode
+    time over plain decoding's, on the same resampled prompts): what another draw of prompts
+    of the same kinds would likely give."""
+    if not rows:
+        return [float("nan"), float("nan")]
+    tokens = np.array([[r[key]["tokens"], r["none:1"]["tokens"]] for r in rows], dtype=float)
+    secs = np.array([[r[key]["decode_s"], r["none:1"]["decode_s"]] for r in rows], dtype=float)
+    picks = np.random.default_rng(seed).integers(0, len(rows), size=(n_boot, len(rows)))
+    tok, sec = tokens[picks].sum(axis=1), secs[picks].sum(axis=1)  # (n_boot, 2)
+    ratios = (tok[:, 0] / sec[:, 0]) / (tok[:, 1] / sec[:, 1])
+    tail = (1 - level) / 2
+    return [float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))]
+
+
 def run_bench(args: argparse.Namespace) -> dict:
     from engine.engine import Engine
 
@@ -185,23 +202,29 @@ def run_bench(args: argparse.Namespace) -> dict:
     totals = {(k, s): ConfigTotals(names[k]) for k in keys for s in [*sets, "all"]}
     per_prompt = []
     temperature = args.temperature
+    runs = [("none", 1), *configs]
     for i, (set_name, item) in enumerate(prompts):
         prompt = conversation(engine, item, args.max_tokens)
-        engine.set_drafter("none")
-        plain = run_once(engine, prompt, 1, args.max_tokens, temperature)
-        for s in (set_name, "all"):
-            totals[("none:1", s)].add(plain)
-        row = {"prompt": i, "set": set_name, "plain_tok_s": len(plain.tokens) / plain.decode_s}
-        for drafter, block in configs:
+        # back to back, in alternating order, so a drift in machine speed favours no config
+        order = runs if i % 2 == 0 else runs[::-1]
+        results = {}
+        for drafter, block in order:
             engine.set_drafter(drafter)
-            res = run_once(engine, prompt, block, args.max_tokens, temperature)
+            results[f"{drafter}:{block}"] = run_once(
+                engine, prompt, block, args.max_tokens, temperature
+            )
+        plain = results["none:1"]
+        row = {"prompt": i, "set": set_name}
+        for key, res in results.items():
             same = res.tokens == plain.tokens
             for s in (set_name, "all"):
-                t = totals[(f"{drafter}:{block}", s)]
+                t = totals[(key, s)]
                 t.add(res)
                 # sampling is lossless in distribution, not token for token (tested apart)
                 t.mismatches += 0 if same or temperature > 0 else 1
-            row[f"{drafter}:{block}"] = {
+            row[key] = {
+                "tokens": len(res.tokens),
+                "decode_s": res.decode_s,
                 "tok_s": len(res.tokens) / res.decode_s,
                 "tau": res.tau,
                 "identical": same,
@@ -233,6 +256,7 @@ def run_bench(args: argparse.Namespace) -> dict:
                 "tok_s": t.tokens_per_s,
                 "tau": t.tau,
                 "speedup": t.tokens_per_s / plain.tokens_per_s,
+                "speedup_ci": speedup_interval(per_prompt, key),
                 "bound": bound,
                 "draft_ms": draft_ms,
                 "identical": t.mismatches == 0,
@@ -240,6 +264,9 @@ def run_bench(args: argparse.Namespace) -> dict:
                 "per_set": {
                     s: {
                         "tau": totals[(key, s)].tau,
+                        "speedup_ci": speedup_interval(
+                            [r for r in per_prompt if r["set"] == s], key
+                        ),
                         "speedup": totals[(key, s)].tokens_per_s
                         / totals[("none:1", s)].tokens_per_s,
                     }
@@ -281,8 +308,8 @@ def to_markdown(result: dict) -> str:
         f"{_sampling(result.get('temperature', 0.0))}; {result['machine']['cpu']}, "
         f"{result['machine']['threads']} threads, git {result['machine']['git']}.",
         "",
-        "| config | tokens | tok/s | tau | speedup vs plain | bound | draft ms/call "
-        "| identical to plain |",
+        "| config | tokens | tok/s | tau | speedup vs plain [95% interval] | bound "
+        "| draft ms/call | identical to plain |",
         "|---|---|---|---|---|---|---|---|",
     ]
     sampled = result.get("temperature", 0.0) > 0
@@ -291,14 +318,15 @@ def to_markdown(result: dict) -> str:
         bound = f"{s['bound']:.2f}x" if s.get("bound") is not None else "-"
         lines.append(
             f"| {s['config']} | {s['tokens']} | {s['tok_s']:.1f} | {s['tau']:.2f} | "
-            f"{s['speedup']:.2f}x | {bound} | {s['draft_ms']:.2f} | "
+            f"{s['speedup']:.2f}x {_interval(s.get('speedup_ci'))} | {bound} | "
+            f"{s['draft_ms']:.2f} | "
             f"{identical} |"
         )
     sets = list(result["summary"][0].get("per_set", {}))
     if len(sets) > 1:
         lines += [
             "",
-            "Per set, speedup (tau):",
+            "Per set, speedup [95% interval] (tau):",
             "",
             "| config | " + " | ".join(sets) + " |",
             "|---|" + "---|" * len(sets),
@@ -307,7 +335,9 @@ def to_markdown(result: dict) -> str:
             lines.append(
                 f"| {s['config']} | "
                 + " | ".join(
-                    f"{s['per_set'][n]['speedup']:.2f}x ({s['per_set'][n]['tau']:.2f})"
+                    f"{s['per_set'][n]['speedup']:.2f}x "
+                    f"{_interval(s['per_set'][n].get('speedup_ci'))} "
+                    f"({s['per_set'][n]['tau']:.2f})"
                     for n in sets
                 )
                 + " |"
@@ -330,6 +360,10 @@ def to_markdown(result: dict) -> str:
             f"{bw['t1_tok_s']:.0f} tok/s)."
         )
     return "\n".join(lines)
+
+
+def _interval(ci: list[float] | None) -> str:
+    return f"[{ci[0]:.2f}-{ci[1]:.2f}]" if ci else ""
 
 
 def _sampling(temperature: float) -> str:
