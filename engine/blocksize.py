@@ -21,6 +21,10 @@ MAX_BLOCK_SIZE = 32
 DEFAULT_MAX_BLOCK = 16  # the largest block the engine verifies unless told otherwise
 PROFILE_SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
 EXPLORE_EVERY = 32  # steps between drafter calls even when drafting does not seem to pay
+# Bucket suffix for proposals made right after one the target took whole (2+ tokens): on
+# repeated, quoted or edited text one full match predicts the next far better than the
+# average of its kind, and on novel text such runs are rare, so the split costs little there.
+RUN_SUFFIX = "|run"
 
 
 class CostModel:
@@ -126,6 +130,12 @@ class BlockSizeChooser:
         self._bucket_counts: dict[str, float] = {}  # how often each kind of proposal comes
         self._steps_since_draft = 0
         self.draft_seconds = 0.0  # EMA of the drafter's call time
+        self._run = False  # local evidence: the last proposal resolved was taken whole
+
+    def bucket(self, kind: str) -> str:
+        """The statistics key of a proposal of this kind (the drafter's bucket), split by
+        whether the last proposal resolved matched in full."""
+        return kind + RUN_SUFFIX if self._run else kind
 
     def expected_tokens(self, bucket: str, k: int) -> float:
         c = self.estimator.rates(bucket)[:k]
@@ -146,10 +156,11 @@ class BlockSizeChooser:
         the expected saving per call is the mix, over the kinds of proposal the drafter makes
         (its buckets, an empty proposal included), of the best block's time saved against
         plain decoding. A drafter that does not pay is still asked every EXPLORE_EVERY steps,
-        so the shadow estimates can notice when the text becomes predictable."""
+        so the shadow estimates can notice when the text becomes predictable, and right after
+        a proposal that matched in full."""
         self._steps_since_draft += 1
-        if self.draft_seconds <= 0.0 or self._steps_since_draft >= EXPLORE_EVERY:
-            return True
+        if self._run or self.draft_seconds <= 0.0 or self._steps_since_draft >= EXPLORE_EVERY:
+            return True  # after a full match the next proposal is worth a look
         total = sum(self._bucket_counts.values())
         n = self.max_block - 1
         t1 = self.cost(1)
@@ -189,6 +200,7 @@ class BlockSizeChooser:
                 matched += 1
             if matched == len(p.tokens) or matched < available:
                 self.estimator.record(p.bucket, matched, len(p.tokens))
+                self._run = matched == len(p.tokens) >= 2
             else:
                 still.append(p)
         self._pending = still

@@ -3,8 +3,10 @@
 Invariant: the target's KV cache holds every committed token except the anchor (the last
 committed token). Each step decodes [anchor, d_1..d_k] in one batch, accepts a drafts, keeps
 positions of the anchor and the accepted drafts, rolls back the rest, and the correction (or
-bonus) token becomes the new anchor. Under greedy decoding the committed tokens are exactly
-plain decoding's; under sampling their distribution is.
+bonus) token becomes the new anchor. The drafter folds in committed tokens only when it is
+about to propose (catch_up), so steps without a proposal cost it nothing. Under greedy
+decoding the committed tokens are exactly plain decoding's; under sampling their distribution
+is.
 """
 
 from __future__ import annotations
@@ -119,32 +121,40 @@ def _judge(
     return judge
 
 
+def catch_up(drafter: Drafter, target: LlamaTarget, observed: int) -> int:
+    """Fold the committed tokens the drafter has not seen yet (cached positions observed..
+    n_past-1, with their stored features) into it in one call; return the new count. The loop
+    calls this only before a proposal, so a drafter that block size auto leaves idle costs
+    nothing per step, and catches up in one chunked observe when drafting resumes."""
+    upto = target.n_past
+    if upto > observed:
+        features = target.features(observed, upto) if drafter.wants_features else None
+        drafter.observe(target.tokens[observed:upto], features)
+    return upto
+
+
 def verify_block(
     target: LlamaTarget,
     block: Sequence[int],
     judge: Callable[[np.ndarray, int, int], tuple[int, int | None]],
     chunk: int | None = None,
-) -> tuple[int, int, np.ndarray | None, int]:
+) -> tuple[int, int, int]:
     """Decode block = [anchor, d_1..d_k] in target decodes of at most `chunk` rows (None:
     one decode) and accept drafts. judge(logits, i, n) tests drafts d_{i+1}..d_{i+n} against
     rows i..; it returns (accepted, token): token is the correction at the first rejection, the
     bonus when the rows include the last one, else None (all passed, more rows to come). A
     chunk with a rejection ends the step: later drafts are never decoded. Returns (accepted,
-    next token, features of the decoded rows or None, rows decoded)."""
+    next token, rows decoded)."""
     k = len(block) - 1
     step = chunk or len(block)
-    accepted, features = 0, []
+    accepted = 0
     for i in range(0, len(block), step):
-        out = target.decode(list(block[i : i + step]))
-        if out.features is not None:
-            features.append(out.features)
-        rows = len(out.logits)
-        n = min(rows, k - i)  # drafts these rows test; one fewer in the chunk with the bonus
-        a, token = judge(out.logits, i, n)
+        logits = target.decode(list(block[i : i + step])).logits
+        n = min(len(logits), k - i)  # drafts these rows test; one fewer with the bonus row
+        a, token = judge(logits, i, n)
         accepted += a
         if token is not None:
-            feats = np.concatenate(features) if features else None
-            return accepted, token, feats, i + rows
+            return accepted, token, i + len(logits)
     raise AssertionError("the last chunk always yields a token")  # pragma: no cover
 
 
@@ -205,7 +215,7 @@ def generate_tokens(
     prefill_count = len(context) - reused
     prefill_s = t_prefill_end - t_start
     drafter.reset()
-    drafter.observe(context, target.features(0, len(context)) if drafter.wants_features else None)
+    observed = 0  # cached positions folded into the drafter (catch_up, before it proposes)
 
     stream_tokens = list(prompt_tokens)  # committed stream, for shadow acceptance estimates
     anchor = int(prompt_tokens[-1])
@@ -238,6 +248,7 @@ def generate_tokens(
         draft_tokens = np.zeros(0, dtype=np.int32)
         draft_probs = None  # warped q rows, sampling with a probabilistic drafter only
         if max_draft > 0 and (fixed_block is not None or chooser.worth_drafting()):
+            observed = catch_up(drafter, target, observed)
             draft = drafter.propose(anchor, max_draft, with_logits=not warp.greedy)
             draft_tokens = np.asarray(draft.tokens[:max_draft], dtype=np.int32)
             if draft.logits is not None and not warp.greedy:
@@ -252,8 +263,9 @@ def generate_tokens(
                     dtype=np.int32,
                 )
             if fixed_block is None:
-                chooser.propose_made(draft.bucket, draft_tokens, len(stream_tokens))
-                k = chooser.choose(draft.bucket, len(draft_tokens))
+                bucket = chooser.bucket(draft.bucket)
+                chooser.propose_made(bucket, draft_tokens, len(stream_tokens))
+                k = chooser.choose(bucket, len(draft_tokens))
             else:
                 k = len(draft_tokens)
             draft_tokens = draft_tokens[:k]
@@ -267,7 +279,7 @@ def generate_tokens(
         start = target.n_past
         k = len(draft_tokens)
         judge = _judge(warp, seed, len(generated), draft_tokens, draft_probs)
-        a, next_token, features, rows = verify_block(
+        a, next_token, rows = verify_block(
             target, [anchor, *draft_tokens.tolist()], judge, verify_chunk
         )
         t2 = time.perf_counter()
@@ -277,9 +289,6 @@ def generate_tokens(
         # --- rollback and commit ----------------------------------------------------------
         target.truncate(start + a + 1)
         accepted = draft_tokens[:a].tolist()
-        t3 = time.perf_counter()
-        drafter.observe([anchor, *accepted], features[: a + 1] if features is not None else None)
-        observe_s = time.perf_counter() - t3  # drafter time too: folding in what was committed
         new_tokens = [*accepted, next_token]
         stream_tokens.extend(new_tokens)
         if chooser is not None:
@@ -287,7 +296,7 @@ def generate_tokens(
         counters.steps += 1
         counters.slot_propose[:k] += 1
         counters.slot_accept[:a] += 1
-        counters.draft_s += t1 - t0 + observe_s
+        counters.draft_s += t1 - t0  # catching up on committed tokens included
         counters.verify_s += t2 - t1
         anchor = next_token
 

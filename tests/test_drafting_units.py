@@ -103,3 +103,57 @@ def test_block_size_validation():
             assert "block size" in str(exc)
         else:
             raise AssertionError(f"{bad!r} accepted")
+
+
+def _simulate(chooser: BlockSizeChooser, right: bool, steps: int = 200) -> list[int]:
+    """Run the loop's bookkeeping: a drafter proposing 8 tokens that are the stream's true
+    continuation (right) or wrong from slot 1; returns the block chosen per step (-1: not asked)."""
+    truth = [i % 7 for i in range(10_000)]  # a repeated pattern, as in quoted text
+    stream, chosen = truth[:20], []
+    chooser.observe_draft_time(0.002)
+    while len(chosen) < steps:
+        if not chooser.worth_drafting():
+            chosen.append(-1)
+            stream.append(truth[len(stream)])
+            chooser.committed(stream)
+            continue
+        start = len(stream)
+        proposal = truth[start : start + 8] if right else [99] * 8
+        key = chooser.bucket("m3")
+        chooser.propose_made(key, proposal, start)
+        k = chooser.choose(key, len(proposal))
+        chosen.append(k)
+        accepted = k if right else 0
+        stream += truth[start : start + accepted + 1]
+        chooser.committed(stream)
+    return chosen
+
+
+def test_chooser_takes_runs_of_full_matches_quickly():
+    cost = CostModel({1: 0.010, 2: 0.017, 4: 0.026, 8: 0.048, 16: 0.085}, ema=0.0)
+    chooser = BlockSizeChooser(cost, max_block=16)
+    for _ in range(100):  # this kind of proposal is usually wrong on average...
+        chooser.estimator.record("m3", 0, 8)
+    chosen = _simulate(chooser, right=True, steps=60)
+    # ...but once one is taken whole, the run bucket learns within a few proposals and
+    # verifies blocks of the size this (CPU-like) cost curve rewards
+    assert chooser.bucket("m3") == "m3|run"
+    assert min(chosen[-8:]) >= 3, chosen
+    # the same history judged by the kind's average alone never verifies anything
+    averaged = BlockSizeChooser(cost, max_block=16)
+    averaged.bucket = lambda kind: kind
+    for _ in range(100):
+        averaged.estimator.record("m3", 0, 8)
+    assert max(_simulate(averaged, right=True, steps=60)) <= 0
+
+
+def test_chooser_lowers_the_block_on_novel_text_and_never_starves():
+    cost = CostModel({1: 0.010, 2: 0.017, 4: 0.026, 8: 0.048, 16: 0.085}, ema=0.0)
+    chooser = BlockSizeChooser(cost, max_block=16)
+    chosen = _simulate(chooser, right=False, steps=300)
+    assert chooser.bucket("m3") == "m3"  # no full match, no run
+    late = chosen[100:]
+    assert all(k <= 0 for k in late)  # verifies nothing
+    asked = [i for i, k in enumerate(late) if k == 0]
+    assert 0 < len(asked) < len(late) / 8  # rarely asked: the drafter's time is saved...
+    assert max(b - a for a, b in zip(asked, asked[1:], strict=False)) <= 32  # ...not starved

@@ -322,3 +322,38 @@ def test_real_target_end_to_end(tmp_path, real_target):
     got = fresh.propose(prompt[-1], 3).logits
     finite = np.isfinite(ref)
     np.testing.assert_allclose(got[finite], ref[finite], atol=1e-3, rtol=0)
+
+
+def test_catch_up_leaves_the_drafter_where_per_step_observes_would(real_target):
+    """The loop folds committed tokens into the drafter only before it proposes (catch_up):
+    catching up in a few chunked observes must propose what observes of 1-3 tokens per step
+    (the old loop's pattern) do."""
+    from engine.engine import hyflash_drafter_dir
+    from engine.speculative import catch_up
+
+    target = real_target
+    folder = hyflash_drafter_dir("smollm2-135m-instruct")
+    tokens = target.tokenize("def add(a, b):\n    return a + b\n\nprint(add(2, 3))\n" * 3)
+    context, anchor = tokens[:-1], tokens[-1]
+    half = len(context) // 2
+    target.reset()
+    lazy = HyFlashDrafter.load(folder, target, threads=1)
+    target.decode(context[:half])
+    assert catch_up(lazy, target, 0) == half
+    target.decode(context[half:])
+    assert catch_up(lazy, target, half) == len(context)
+    assert catch_up(lazy, target, len(context)) == len(context)  # nothing new: no call
+
+    stepwise = HyFlashDrafter.load(folder, target, threads=1)
+    i, sizes = 0, [1, 3, 2]
+    while i < len(context):
+        j = min(len(context), i + sizes[i % 3])
+        stepwise.observe(context[i:j], target.features(i, j))
+        i = j
+    a, b = stepwise.propose(anchor, 8), lazy.propose(anchor, 8)
+    assert a.tokens.tolist() == b.tokens.tolist()
+    finite = np.isfinite(a.logits)
+    assert np.array_equal(finite, np.isfinite(b.logits))
+    # the shipped weights are dynamic INT8, which scales activations per call, so chunking
+    # moves logits slightly (the per-step loop's prompt observe was one chunk too)
+    assert np.corrcoef(a.logits[finite], b.logits[finite])[0, 1] > 0.99

@@ -291,7 +291,7 @@ class ArgmaxTarget:
             rows[i, self.truth[self.n_past + i + 1]] = 1.0
         self.n_past += len(tokens)
         self.decodes.append(len(tokens))
-        return SimpleNamespace(logits=rows, features=np.ones((len(tokens), 2), np.float32))
+        return SimpleNamespace(logits=rows)
 
 
 def _verify(truth, block, chunk):
@@ -308,11 +308,9 @@ def test_chunked_verify_accepts_like_one_decode_and_stops_at_a_rejection():
     truth = list(range(1, 40))  # the target continues 1, 2, 3, ...
     all_right = [1, *range(2, 18)]  # anchor 1 and 16 correct drafts
     assert _verify(truth, all_right, None)[:2] == (16, 18)
-    a, token, feats, rows, decodes = _verify(truth, all_right, 7)
-    assert (a, token, rows, decodes) == (16, 18, 17, [7, 7, 3]) and len(feats) == 17
+    assert _verify(truth, all_right, 7) == (16, 18, 17, [7, 7, 3])
     wrong_at_3 = [1, 2, 3, 99, *range(5, 18)]
-    a, token, feats, rows, decodes = _verify(truth, wrong_at_3, 7)
-    assert (a, token, decodes) == (2, 4, [7]) and len(feats) == 7  # later chunks never decoded
+    assert _verify(truth, wrong_at_3, 7) == (2, 4, 7, [7])  # later chunks never decoded
     wrong_at_9 = [1, *range(2, 10), 99, *range(11, 18)]
     assert _verify(truth, wrong_at_9, 7)[:2] == _verify(truth, wrong_at_9, None)[:2] == (8, 10)
     assert _verify(truth, wrong_at_9, 7)[-1] == [7, 7]
