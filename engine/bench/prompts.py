@@ -57,3 +57,48 @@ RAW_PROMPTS: list[str] = [
     "import numpy as np\n\n",
     "Q: What is the boiling point of water?\nA:",
 ]
+
+# Prompts whose answers repeat, quote or edit text given in the prompt: where a drafter can be
+# sure, and block size auto must notice quickly (issue 15). Benchmark only, never training.
+REPEAT_PROMPTS: list[str] = [
+    (
+        "Repeat the following paragraph exactly, word for word:\n\n"
+        "The library opens at nine in the morning and closes at six in the evening. Members "
+        "may borrow up to five books at a time for three weeks. Late returns cost ten cents "
+        "a day, and lost books must be replaced or paid for at the listed price."
+    ),
+    (
+        "Fix the bug in this function and print the whole corrected function:\n\n"
+        "def average(numbers):\n    total = 0\n    for n in numbers:\n        total += n\n"
+        "    return total / len(number)\n"
+    ),
+    (
+        "Rename the variable `x` to `count` everywhere in this code and show the full result:\n\n"
+        "def tally(items):\n    x = 0\n    for item in items:\n        if item:\n"
+        "            x += 1\n    print(x)\n    return x\n"
+    ),
+    (
+        "Copy this list and add a fourth line in the same format:\n"
+        "Name: Alice | Age: 30 | City: Paris\nName: Bob | Age: 25 | City: Berlin\n"
+        "Name: Carol | Age: 35 | City: Madrid"
+    ),
+    (
+        "Quote the second sentence of this text, then the whole text again:\n\n"
+        "Rivers carry water from the mountains to the sea. Along the way they shape valleys "
+        "and feed farmland. Cities grew beside them because they offered water and trade."
+    ),
+    (
+        "Convert every line of this CSV to a JSON object, one per line:\n"
+        "id,name,price\n1,pen,1.20\n2,notebook,3.50\n3,ruler,0.80\n4,eraser,0.60"
+    ),
+    (
+        "Add a docstring to this class and show the full class unchanged otherwise:\n\n"
+        "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
+        "    def distance(self, other):\n"
+        "        return ((self.x - other.x) ** 2 + (self.y - other.y) ** 2) ** 0.5\n"
+    ),
+    (
+        "Write the following sentence five times, each on its own line: "
+        "'Practice makes progress, and progress makes confidence.'"
+    ),
+]

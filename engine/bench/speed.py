@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.bench.prompts import CHAT_PROMPTS
+from engine.bench.prompts import CHAT_PROMPTS, REPEAT_PROMPTS
 from engine.bench.report import publish
 from engine.blocksize import profile_costs
 from engine.events import ErrorEvent, Finished, GenerationSettings
@@ -143,11 +143,13 @@ def weight_bytes(gguf_path: Path) -> int:
 def bench_prompts(
     prompt_set: str, limit: int | None, per_set: int
 ) -> list[tuple[str, str | tuple[str, str]]]:
-    """(set, prompt) pairs: the 28 chat prompts, or the first `per_set` of every held-out
-    evaluation set (engine/hyflash/prompts.py; never in the drafter's training data), plus
-    MT-Bench second turns as (first turn, second turn)."""
+    """(set, prompt) pairs: the 28 chat prompts, the repeat/quote/edit prompts, or the first
+    `per_set` of every held-out evaluation set (engine/hyflash/prompts.py; never in the
+    drafter's training data), plus MT-Bench second turns as (first turn, second turn)."""
     if prompt_set == "chat":
         return [("chat", p) for p in CHAT_PROMPTS[:limit]]
+    if prompt_set == "repeat":
+        return [("repeat", p) for p in REPEAT_PROMPTS[:limit]]
     from engine.hyflash.prompts import eval_prompts, mtbench_second_turns
 
     pairs: list[tuple[str, str | tuple[str, str]]] = [
@@ -398,7 +400,13 @@ def add_bench_parser(sub) -> None:
     p = sub.add_parser("bench", help="speed: plain vs speculative decoding in one run")
     p.add_argument("--model", default=None)
     p.add_argument("--configs", default="ngram:auto,ngram:2,ngram:4,ngram:8")
-    p.add_argument("--prompt-set", default="chat", choices=["chat", "eval"])
+    p.add_argument(
+        "--prompt-set",
+        default="chat",
+        choices=["chat", "eval", "repeat"],
+        help="chat: 28 varied prompts; eval: the held-out sets; repeat: answers that repeat, "
+        "quote or edit the prompt's text",
+    )
     p.add_argument("--prompts", type=int, default=None, help="first N prompts")
     p.add_argument("--per-set", type=int, default=4, help="eval: first N of every set")
     p.add_argument("--max-tokens", type=int, default=192)
