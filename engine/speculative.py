@@ -251,17 +251,6 @@ def generate_tokens(
             observed = catch_up(drafter, target, observed)
             draft = drafter.propose(anchor, max_draft, with_logits=not warp.greedy)
             draft_tokens = np.asarray(draft.tokens[:max_draft], dtype=np.int32)
-            if draft.logits is not None and not warp.greedy:
-                draft_probs = np.stack(
-                    [warp_probs(r, warp) for r in draft.logits[: len(draft_tokens)]]
-                )
-                draft_tokens = np.array(
-                    [
-                        sample(q, _position_rng(seed, len(generated) + i, 1))
-                        for i, q in enumerate(draft_probs)
-                    ],
-                    dtype=np.int32,
-                )
             if fixed_block is None:
                 bucket = chooser.bucket(draft.bucket)
                 chooser.propose_made(bucket, draft_tokens, len(stream_tokens))
@@ -269,8 +258,19 @@ def generate_tokens(
             else:
                 k = len(draft_tokens)
             draft_tokens = draft_tokens[:k]
-            if draft_probs is not None:
-                draft_probs = draft_probs[:k]
+            if draft.logits is not None and not warp.greedy and k:
+                # Sampling verifies draws d_i ~ q_i, warped like the target's rows; only the k
+                # verified rows are warped (a row costs a pass over the vocabulary). k was
+                # chosen from the drafter's most likely tokens, not from these draws, so the
+                # rejection rule stays exact.
+                draft_probs = np.stack([warp_probs(r, warp) for r in draft.logits[:k]])
+                draft_tokens = np.array(
+                    [
+                        sample(q, _position_rng(seed, len(generated) + i, 1))
+                        for i, q in enumerate(draft_probs)
+                    ],
+                    dtype=np.int32,
+                )
             if chooser is not None:
                 chooser.observe_draft_time(time.perf_counter() - t0)
         t1 = time.perf_counter()

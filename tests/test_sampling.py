@@ -95,3 +95,40 @@ def test_sampling_is_deterministic_under_a_seed():
     a = [sample(p, np.random.default_rng(5)) for _ in range(3)]
     b = [sample(p, np.random.default_rng(5)) for _ in range(3)]
     assert a == b
+
+
+def _nucleus_by_full_sort(p, top_p):
+    order = np.argsort(-p, kind="stable")
+    return order[: int(np.searchsorted(np.cumsum(p[order]), top_p) + 1)]
+
+
+def test_nucleus_equals_a_full_stable_sort():
+    """The partial search must keep exactly the tokens a full sort keeps, in the same order,
+    including ties at the cut and flat distributions that need the whole vocabulary."""
+    from engine.sampling import nucleus
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for scale in (0.3, 3.0, 30.0):  # flat (reaches the full sort), mixed, peaked
+        for _ in range(20):
+            z = rng.standard_normal(5000) * scale
+            p = np.exp(z - z.max())
+            rows.append(p / p.sum())
+    tied = np.full(5000, 1.0)
+    tied[:10] = 50.0  # ten equal leaders, then a long tie
+    rows.append(tied / tied.sum())
+    coarse = np.round(rng.random(5000), 1) ** 8  # many exact ties everywhere
+    rows.append(coarse / coarse.sum())
+    for p in rows:
+        for top_p in (0.1, 0.5, 0.9, 0.99, 0.999999):
+            got, want = nucleus(p, top_p, first=8), _nucleus_by_full_sort(p, top_p)
+            assert np.array_equal(got, want), (top_p, len(got), len(want))
+    warp = Warp(temperature=0.7, top_p=0.9)
+    logits = rng.standard_normal(5000) * 4
+    z = logits / 0.7
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    keep = _nucleus_by_full_sort(p, 0.9)
+    expected = np.zeros_like(p)
+    expected[keep] = p[keep]
+    assert np.array_equal(warp_probs(logits, warp), expected / expected.sum())
