@@ -74,6 +74,8 @@ def test_bench_with_sampling_reports_tau_without_identity_claim(tmp_path, capsys
             "ngram:4",
             "--temperature",
             "0.7",
+            "--top-p",
+            "0.9",
             "--threads",
             "2",
             "--out",
@@ -86,7 +88,8 @@ def test_bench_with_sampling_reports_tau_without_identity_claim(tmp_path, capsys
     ngram = result["summary"][1]
     assert math.isfinite(ngram["tok_s"]) and 1.0 <= ngram["tau"] <= 4.0
     out = capsys.readouterr().out
-    assert "sampling at temperature 0.7" in out and "n/a (sampled)" in out
+    assert "sampling at temperature 0.7, top-p 0.9" in out and "n/a (sampled)" in out
+    assert result["top_p"] == 0.9
 
 
 def _rows(plain_s: list[float], config_s: list[float], tokens: int = 100) -> list[dict]:

@@ -62,11 +62,20 @@ class ConfigTotals:
 
 
 def run_once(
-    engine, prompt: str | list[dict], block_size, max_tokens: int, temperature: float = 0.0
+    engine,
+    prompt: str | list[dict],
+    block_size,
+    max_tokens: int,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
 ) -> RunResult:
     # a fixed seed: with sampling every configuration draws from the same random stream
     settings = GenerationSettings(
-        max_tokens=max_tokens, block_size=block_size, temperature=temperature, seed=0
+        max_tokens=max_tokens,
+        block_size=block_size,
+        temperature=temperature,
+        top_p=top_p,
+        seed=0,
     )
     finished = None
     for event in engine.generate(prompt, settings=settings):
@@ -213,7 +222,7 @@ def run_bench(args: argparse.Namespace) -> dict:
         for drafter, block in order:
             engine.set_drafter(drafter)
             results[f"{drafter}:{block}"] = run_once(
-                engine, prompt, block, args.max_tokens, temperature
+                engine, prompt, block, args.max_tokens, temperature, args.top_p
             )
         plain = results["none:1"]
         row = {"prompt": i, "set": set_name}
@@ -287,6 +296,7 @@ def run_bench(args: argparse.Namespace) -> dict:
         "prompts": len(prompts),
         "max_tokens": args.max_tokens,
         "temperature": temperature,
+        "top_p": args.top_p,
         "summary": summary,
         # plain decoding reads every weight once per token: bandwidth / weights bounds it
         "bandwidth": {
@@ -307,7 +317,8 @@ def to_markdown(result: dict) -> str:
     lines = [
         f"Model {result['model']}, {result['prompts']} {result.get('prompt_set', 'chat')} "
         f"prompts, {result['max_tokens']} tokens max, "
-        f"{_sampling(result.get('temperature', 0.0))}; {result['machine']['cpu']}, "
+        f"{_sampling(result.get('temperature', 0.0), result.get('top_p', 1.0))}; "
+        f"{result['machine']['cpu']}, "
         f"{result['machine']['threads']} threads, git {result['machine']['git']}.",
         "",
         "| config | tokens | tok/s | tau | speedup vs plain [95% interval] | bound "
@@ -368,8 +379,11 @@ def _interval(ci: list[float] | None) -> str:
     return f"[{ci[0]:.2f}-{ci[1]:.2f}]" if ci else ""
 
 
-def _sampling(temperature: float) -> str:
-    return "greedy" if temperature == 0 else f"sampling at temperature {temperature:g} (seed 0)"
+def _sampling(temperature: float, top_p: float = 1.0) -> str:
+    if temperature == 0:
+        return "greedy"
+    nucleus = f", top-p {top_p:g}" if top_p < 1.0 else ""
+    return f"sampling at temperature {temperature:g}{nucleus} (seed 0)"
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -416,6 +430,7 @@ def add_bench_parser(sub) -> None:
     p.add_argument(
         "--temperature", type=float, default=0.0, help="0 = greedy (outputs checked identical)"
     )
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (the app: 0.9)")
     p.add_argument("--threads", type=int, default=None)
     add_kernel_args(p)
     p.add_argument("--quick", action="store_true", help="CI-sized run")
