@@ -399,14 +399,11 @@ def decide(
     key = verdict_key(path, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
     cached = load_cached(key)
     candidates = [forced] if forced else [KernelConfig(True), KernelConfig(False)]
-    if cached is not None:
-        by_config = {r.config: r for r in cached.results}
-        if all(c in by_config for c in candidates[:1]):
-            pick = choose([by_config[c] for c in candidates if c in by_config])
-            if pick is not None and (not forced or pick.config == forced):
-                return KernelVerdict(
-                    pick.config, pick.exact_upto, cached.results, why, from_cache=True
-                )
+    known = {r.config: r for r in cached.results} if cached else {}
+    if candidates[0] in known:  # checked in order, so what follows it was checked if needed
+        pick = choose([known[c] for c in candidates if c in known])
+        if pick is not None:
+            return KernelVerdict(pick.config, pick.exact_upto, cached.results, why, True)
     if progress is not None:
         progress("checking this CPU's llama.cpp kernels (once per model)")
     results: list[CheckResult] = []
@@ -430,7 +427,7 @@ def decide(
         )
     # keep what an earlier check found for configurations not checked now
     checked = {r.config for r in results}
-    kept = [r for r in (cached.results if cached else ()) if r.config not in checked]
+    kept = [r for r in known.values() if r.config not in checked]
     verdict = KernelVerdict(pick.config, pick.exact_upto, (*results, *kept), why)
     _write_json(verdicts_dir() / f"{key}.json", verdict.to_dict())
     return verdict
