@@ -184,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.set_defaults(func=cmd_chat)
 
     from engine.bench.acceptance import add_acceptance_parser
+    from engine.bench.drafter_time import add_drafter_time_parser
     from engine.bench.speed import add_bench_parser
     from engine.doctor import add_doctor_parser
     from engine.downloads import add_download_parser
@@ -191,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_bench_parser(sub)
     add_acceptance_parser(sub)
+    add_drafter_time_parser(sub)
     add_doctor_parser(sub)
     add_download_parser(sub)
     add_data_parser(sub)

@@ -6,6 +6,10 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
+CUDA_CURVE = Path(__file__).parents[1] / "docs/bench/curves/cuda-llama7b-f16-pr3749.json"
+
 
 def test_bench_quick_on_held_out_sets(tmp_path, capsys):
     from engine.cli import main
@@ -23,6 +27,8 @@ def test_bench_quick_on_held_out_sets(tmp_path, capsys):
             "2",
             "--out",
             str(tmp_path),
+            "--cost-curve",
+            str(CUDA_CURVE),
         ]
     )
     assert code == 0
@@ -59,6 +65,14 @@ def test_bench_quick_on_held_out_sets(tmp_path, capsys):
     assert summary["none:1"]["speedup_ci"] == [1.0, 1.0]  # plain against itself
     assert result["per_prompt"][0]["none:1"]["decode_s"] > 0
     assert "Bandwidth bound of plain decoding" in out
+    # the projection replays this run's verify sizes on a memory-bound GPU's curve
+    projection = {r["key"]: r for r in result["projection"]["rows"]}
+    assert projection["none:1"]["projected_drafter_free"] == 1.0
+    block8 = projection["hyflash:8"]
+    assert block8["projected_drafter_free"] > block8["measured"]  # T(8)/T(1) 1.85 vs ~5 here
+    assert block8["projected"] is None  # another model's curve: the drafter is not counted
+    assert sum(summary["hyflash:8"]["blocks"].values()) > 0
+    assert "Projection onto a CUDA GPU" in out
 
 
 def test_bench_with_sampling_reports_tau_without_identity_claim(tmp_path, capsys):
@@ -121,3 +135,98 @@ def test_speedup_interval_on_synthetic_prompts():
     lo9, hi9 = speedup_interval(_rows(plain, config), "c", level=0.9)
     assert lo <= lo9 <= hi9 <= hi
     assert all(math.isnan(x) for x in speedup_interval([], "c"))
+
+
+def _summary(blocks_by_config: dict[str, dict[int, int]], tokens: dict[str, int]) -> list[dict]:
+    return [
+        {
+            "key": key,
+            "config": key,
+            "tau": tokens[key] / sum(blocks.values()),
+            "speedup": 1.0,
+            "tokens": tokens[key],
+            "blocks": blocks,
+            "draft_ms_total": 0.0 if key == "none:1" else 50.0,
+        }
+        for key, blocks in blocks_by_config.items()
+    ]
+
+
+def test_projection_replays_verify_sizes_on_another_curve(tmp_path):
+    from engine.bench.projection import load_curve, project
+
+    curve_file = tmp_path / "curve.json"
+    curve_file.write_text(
+        json.dumps(
+            {"source": "flat", "cost_ratio": {"1": 1, "4": 1.5, "8": 2}, "t1_ms": 5.0, "model": "m"}
+        )
+    )
+    curve = load_curve(curve_file)
+    assert curve.ratios(2) == pytest.approx(1 + 0.5 / 3)  # interpolated between 1 and 4
+    # plain: 100 tokens in 100 one-token decodes; B=4: 100 tokens in 40 decodes of 4
+    summary = _summary({"none:1": {1: 100}, "c:4": {4: 40}}, {"none:1": 100, "c:4": 100})
+    rows = {r["key"]: r for r in project(summary, curve, "m")["rows"]}
+    assert rows["none:1"]["projected_drafter_free"] == pytest.approx(1.0)
+    assert rows["c:4"]["projected_drafter_free"] == pytest.approx(100 / (40 * 1.5))
+    # the drafter's 50 ms here cost 10 T(1) of that machine
+    assert rows["c:4"]["projected"] == pytest.approx(100 / (40 * 1.5 + 10))
+    assert project(summary, curve, "other")["rows"][1]["projected"] is None
+
+
+def test_projection_reads_a_bench_result_and_refuses_bad_curves(tmp_path):
+    from engine.bench.projection import load_curve
+
+    bench = tmp_path / "speed.json"
+    bench.write_text(
+        json.dumps(
+            {
+                "cost_ratio": {"1": 1.0, "2": 1.9},
+                "cost_curve_ms": {"1": 11.0},
+                "model": "m",
+                "machine": {"cpu": "Some CPU"},
+            }
+        )
+    )
+    curve = load_curve(bench)
+    assert curve.t1_ms == 11.0 and curve.model == "m" and "Some CPU" in curve.source
+    assert curve.ratios(4) == pytest.approx(1.0 + 3 * 0.9)  # extended with the last slope
+    assert load_curve(CUDA_CURVE).ratios(8) == pytest.approx(8 * 228.57 / 987.82, rel=1e-3)
+    for bad in ("not json", json.dumps({"x": 1}), json.dumps({"cost_ratio": {"1": 2.0}})):
+        bench.write_text(bad)
+        with pytest.raises(ValueError):
+            load_curve(bench)
+    with pytest.raises(ValueError):
+        load_curve(tmp_path / "missing.json")
+
+
+def test_drafter_time_reports_each_block_beside_the_target(tmp_path, capsys):
+    from engine.cli import main
+
+    args = ["drafter-time", "--blocks", "4,8", "--calls", "3", "--rounds", "1"]
+    assert main([*args, "--threads", "2", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "drafter-time.json").read_text())
+    assert result["drafter"] == "hyflash" and result["context_tokens"] > 20
+    assert [r["block"] for r in result["rows"]] == [4, 8]
+    for r in result["rows"]:
+        assert 0 < r["greedy_ms"] < 1000 and 0 < r["sampling_ms"] < 1000
+        assert r["greedy_pct_t1"] == pytest.approx(100 * r["greedy_ms"] / result["target_t1_ms"])
+    assert result["rows"][1]["target_ms"] > 0 and result["observe_ms"] > 0
+    assert "| 8 |" in capsys.readouterr().out
+
+
+def test_gpu_recording_script_is_valid_bash_with_valid_hyflash_commands():
+    import shlex
+    import subprocess
+
+    from engine.cli import build_parser
+
+    script = Path(__file__).parents[1] / "scripts/record_gpu.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text().replace("\\\n", " ")
+    commands = [line.strip() for line in text.splitlines() if line.strip().startswith('"$HF"')]
+    assert len(commands) >= 5
+    for command in commands:
+        words = shlex.split(command.replace('"$HF"', "").split(">")[0])
+        words = [w.replace("$OUT", "out").replace("$PER_SET", "2") for w in words]
+        words = [w.replace("$MAX_TOKENS", "256").replace("$GEMMA", "g.gguf") for w in words]
+        build_parser().parse_args(words)  # argparse exits on an unknown flag or bad value

@@ -12,15 +12,18 @@ import platform
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from engine.backends import BACKEND_NAMES
+from engine.bench.projection import CostCurve, load_curve, project, projection_markdown
 from engine.bench.prompts import CHAT_PROMPTS, REPEAT_PROMPTS
 from engine.bench.report import publish
 from engine.blocksize import profile_costs
-from engine.events import ErrorEvent, Finished, GenerationSettings
+from engine.events import ErrorEvent, Finished, GenerationSettings, StepStats
 from engine.kernels import add_kernel_args, kernel_kwargs
 
 
@@ -33,6 +36,7 @@ class RunResult:
     tau: float
     draft_ms: float
     verify_ms: float
+    blocks: Counter  # target decodes by block size verified (a projection replays them)
 
 
 @dataclass
@@ -43,6 +47,8 @@ class ConfigTotals:
     decode_s: float = 0.0
     steps: int = 0
     draft_ms: list[float] = field(default_factory=list)
+    draft_ms_total: float = 0.0
+    blocks: Counter = field(default_factory=Counter)
     mismatches: int = 0
 
     @property
@@ -59,6 +65,8 @@ class ConfigTotals:
         self.decode_s += run.decode_s
         self.steps += run.steps
         self.draft_ms.append(run.draft_ms)
+        self.draft_ms_total += run.draft_ms * run.steps
+        self.blocks.update(run.blocks)
 
 
 def run_once(
@@ -78,16 +86,26 @@ def run_once(
         seed=0,
     )
     finished = None
+    blocks: Counter = Counter()
     for event in engine.generate(prompt, settings=settings):
         if isinstance(event, ErrorEvent):
             raise RuntimeError(event.message)
-        if isinstance(event, Finished):
+        if isinstance(event, StepStats):
+            blocks[event.block_size] += 1
+        elif isinstance(event, Finished):
             finished = event
     s = finished.stats
     # decode time = time after prefill; tokens_per_s is generated / that time
     decode_s = s.tokens_generated / s.tokens_per_s if s.tokens_per_s else 0.0
     return RunResult(
-        finished.text, finished.token_ids, decode_s, s.step, s.tau_mean, s.draft_ms, s.verify_ms
+        finished.text,
+        finished.token_ids,
+        decode_s,
+        s.step,
+        s.tau_mean,
+        s.draft_ms,
+        s.verify_ms,
+        blocks,
     )
 
 
@@ -199,13 +217,20 @@ def speedup_interval(
     return [float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))]
 
 
-def run_bench(args: argparse.Namespace) -> dict:
+def run_bench(args: argparse.Namespace, other: CostCurve | None = None) -> dict:
+    """Run every configuration on every prompt; with `other`, also project the speedups onto
+    that machine's cost curve (engine/bench/projection.py)."""
     from engine.engine import Engine
 
     prompts = bench_prompts(args.prompt_set, args.prompts, args.per_set)
     configs = parse_configs(args.configs)
     engine = Engine(
-        args.model, drafter="none", n_ctx=args.n_ctx, n_threads=args.threads, **kernel_kwargs(args)
+        args.model,
+        drafter="none",
+        n_ctx=args.n_ctx,
+        n_threads=args.threads,
+        backend=args.backend,
+        **kernel_kwargs(args),
     )
     keys = ["none:1", *(f"{d}:{b}" for d, b in configs)]
     names = {"none:1": "plain", **{f"{d}:{b}": f"{d} (block {b})" for d, b in configs}}
@@ -270,6 +295,8 @@ def run_bench(args: argparse.Namespace) -> dict:
                 "speedup_ci": speedup_interval(per_prompt, key),
                 "bound": bound,
                 "draft_ms": draft_ms,
+                "draft_ms_total": t.draft_ms_total,
+                "blocks": {b: t.blocks[b] for b in sorted(t.blocks)},
                 "identical": t.mismatches == 0,
                 "mismatches": t.mismatches,
                 "per_set": {
@@ -290,6 +317,7 @@ def run_bench(args: argparse.Namespace) -> dict:
         "machine": machine_info(engine.target.n_threads),
         "model": engine.model_id,
         "model_path": str(engine.model_path),
+        "backend": engine.backend.name,
         "kernels": list(engine.kernels.summary()),
         "verify": {"mode": engine.verify.mode, "chunk": engine.verify.chunk or 0},
         "prompt_set": args.prompt_set,
@@ -310,6 +338,8 @@ def run_bench(args: argparse.Namespace) -> dict:
         "cost_ratio": {n: v / t1 for n, v in curve.items()},
         "per_prompt": per_prompt,
     }
+    if other is not None:
+        result["projection"] = project(summary, other, engine.model_id)
     return result
 
 
@@ -372,6 +402,8 @@ def to_markdown(result: dict) -> str:
             f"({bw['plain_tok_s'] / bw['bound_tok_s']:.0%} of it; a bare 1-token decode "
             f"{bw['t1_tok_s']:.0f} tok/s)."
         )
+    if result.get("projection"):
+        lines += ["", projection_markdown(result["projection"])]
     return "\n".join(lines)
 
 
@@ -390,8 +422,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.quick:
         args.max_tokens, args.max_block, args.repeats, args.per_set = 48, 8, 2, 1
         args.prompts = 3 if args.prompt_set == "chat" else args.prompts
+    try:  # a bad curve file fails before the run, not after it
+        other = load_curve(args.cost_curve) if args.cost_curve else None
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     start = time.perf_counter()
-    result = run_bench(args)
+    result = run_bench(args, other)
     result["elapsed_s"] = time.perf_counter() - start
     folder = publish(result, to_markdown(result), args.out, "speed")
     if folder is not None:
@@ -432,7 +469,15 @@ def add_bench_parser(sub) -> None:
     )
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (the app: 0.9)")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--backend", default=None, choices=BACKEND_NAMES, help="default: auto")
     add_kernel_args(p)
     p.add_argument("--quick", action="store_true", help="CI-sized run")
     p.add_argument("--out", default=None, help="folder for speed.json and speed.md")
+    p.add_argument(
+        "--cost-curve",
+        default=None,
+        metavar="FILE",
+        help="also project the speedups onto another machine's T(B)/T(1) curve (JSON: a "
+        "speed.json from that machine, or engine/bench/projection.py's format)",
+    )
     p.set_defaults(func=cmd_bench)
