@@ -39,7 +39,9 @@ from app.composer import Composer
 from app.elided_label import ElidedLabel
 from app.export import write_export
 from app.format import STOP_REASONS, footer_line
+from app.local_server import LocalServerController
 from app.markdown import Run
+from app.server_panel import ServerPanel
 from app.settings import DRAFTERS, THEMES, AppSettings, SettingsStore, needs_reload
 from app.settings_dialog import RELOAD_LABELS, SettingsDialog
 from app.sidebar import Sidebar
@@ -141,6 +143,7 @@ class MainWindow(QMainWindow):
         self.host = host or EngineHost()
         self._connect_host()
         self._sync_engine()
+        self._build_server()
 
         QGuiApplication.styleHints().colorSchemeChanged.connect(self._system_scheme_changed)
         self.refresh_conversations()
@@ -244,6 +247,9 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.busy)
         self.status_label = QLabel()
         self.statusBar().addWidget(self.status_label, 1)
+        self.server_label = QLabel()
+        self.server_label.setVisible(False)
+        self.statusBar().addPermanentWidget(self.server_label)
 
     def _build_menus(self) -> None:
         bar = self.menuBar()
@@ -286,6 +292,7 @@ class MainWindow(QMainWindow):
             themes.addAction(name.capitalize(), lambda n=name: self.set_theme(n))
         models = bar.addMenu("&Models")
         act(models, "Model manager…", self.open_model_manager)
+        act(models, "Local server…", self.open_server_panel, "Ctrl+Shift+L")
         help_menu = bar.addMenu("&Help")
         act(help_menu, "About HyFlash Chat", self.open_about)
         stop = QAction(self)
@@ -307,6 +314,8 @@ class MainWindow(QMainWindow):
             (w.stepStats, self._on_stats),
             (w.finished, self._on_finished),
             (w.error, self._on_error),
+            (w.serverJobStarted, self._on_server_job_started),
+            (w.serverJobEnded, self._on_server_job_ended),
         ]
         for signal, slot in pairs:
             signal.connect(slot)
@@ -595,7 +604,11 @@ class MainWindow(QMainWindow):
             messages.insert(0, {"role": "system", "content": conv.system_prompt.strip()})
         request = GenerationRequest(messages, self.settings.generation_settings())
         widget = self._add_widget("assistant", "", None, None)
-        widget.set_status("thinking…" if self.engine_state == "ready" else "waiting for the model…")
+        if self.server_job is not None:
+            widget.set_status("waiting for the local server…")  # one engine: it takes turns
+        else:
+            ready = self.engine_state == "ready"
+            widget.set_status("thinking…" if ready else "waiting for the model…")
         self.active = ActiveAnswer(request, conv_id, widget)
         self.last_steps = []
         self.banner.hide()
@@ -664,6 +677,9 @@ class MainWindow(QMainWindow):
             a.widget.set_status("writing…")
 
     def _on_stats(self, request_id: int, update: StatsUpdate) -> None:
+        if request_id == self.server_job and self.active is None:
+            self.stats.update_steps(update.steps, update.latest)  # an API request, live
+            return
         a = self._mine(request_id)
         if a is None:
             return
@@ -821,6 +837,61 @@ class MainWindow(QMainWindow):
         dialog.open()
         return dialog
 
+    # ----- local server -----------------------------------------------------------------------
+
+    def _build_server(self) -> None:
+        self.server_job: int | None = None  # the worker's request id of a running API request
+        self.server = LocalServerController(self.host, self)
+        self.server_panel = ServerPanel(self.settings.server_port, self)
+        self.server_panel.switchToggled.connect(self.set_server_enabled)
+        self.server.stateChanged.connect(self._on_server_state)
+        self.server.requestLogged.connect(self.server_panel.add_request)
+        if self.settings.server_enabled:
+            self.set_server_enabled(True, self.settings.server_port)
+
+    def open_server_panel(self) -> ServerPanel:
+        self.server_panel.show()
+        self.server_panel.raise_()
+        return self.server_panel
+
+    def set_server_enabled(self, on: bool, port: int | None = None) -> bool:
+        """Start (on `port`, else the saved one) or stop the Local server; remembered."""
+        if on:
+            port = self.settings.server_port if port is None else port
+            if not self.server.start(port, self.settings.block_size):
+                return False
+            self.settings.server_port = port
+        else:
+            self.server.stop()
+        self.settings.server_enabled = on
+        self._save_settings()
+        return True
+
+    def _on_server_state(self, running: bool, message: str) -> None:
+        self.server_panel.set_running(running, message)
+        self.server_label.setText(f"API: {message}")
+        self.server_label.setVisible(running)
+        if not running and message != "Stopped":
+            self.banner.show_message(f"Local server: {message}", "warning")
+
+    def _on_server_job_started(self, request_id: int, label: str) -> None:
+        self.server_job = request_id
+        self.server_label.setText(f"API busy: {label}")
+        self.server_panel.set_busy(label)
+        if self.active is None:
+            self.stats.start_answer()
+        else:  # the window's answer waits for its turn
+            self.active.widget.set_status("waiting for the local server…")
+
+    def _on_server_job_ended(self, _request_id: int) -> None:
+        self.server_job = None
+        self.server_label.setText(f"API: {self.server.url}")
+        self.server_panel.set_busy(None)
+        if self.active is None:
+            self.stats.finish_answer("API request")
+        else:
+            self.active.widget.set_status("thinking…")
+
     # ----- closing ----------------------------------------------------------------------------
 
     def closeEvent(self, event) -> None:  # noqa: N802
@@ -837,6 +908,7 @@ class MainWindow(QMainWindow):
             except (RuntimeError, TypeError):
                 pass
         self._connections = []
+        self.server.stop()  # before the engine goes: cancels and refuses API requests
         try:
             QGuiApplication.styleHints().colorSchemeChanged.disconnect(self._system_scheme_changed)
         except (RuntimeError, TypeError):

@@ -53,6 +53,8 @@ class AppSettings:
     font_size: int = 10
     tint_drafted: bool = True
     show_stats: bool = True
+    server_enabled: bool = False  # the Local server (OpenAI-compatible API) runs at start
+    server_port: int = 8000  # 0 = any free port
 
     def generation_settings(self) -> GenerationSettings:
         return GenerationSettings(

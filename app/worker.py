@@ -7,6 +7,9 @@ most ~30 updates per second so that rendering can never hold back decoding.
 
 Stopping uses the request's own threading.Event (created by the UI before the request is
 queued), so a Stop that arrives before the worker even starts the request still counts.
+
+The local server's API requests (engine.server) run here too, queued like the window's
+answers, so the two never decode at the same time and are served in arrival order.
 """
 
 from __future__ import annotations
@@ -72,6 +75,9 @@ class EngineWorker(QObject):
     stepStats = Signal(int, object)  # request id, StatsUpdate
     finished = Signal(int, object)  # request id, engine.events.Finished
     error = Signal(int, str, str)  # request id, message, kind
+    # the local server: an API request started / ended (request id, what asked)
+    serverJobStarted = Signal(int, str)
+    serverJobEnded = Signal(int)
 
     def __init__(self) -> None:
         super().__init__()
@@ -161,11 +167,33 @@ class EngineWorker(QObject):
             request.messages, settings=request.settings, cancel=request.cancel
         )
         try:
-            self._consume(request, events)
+            self._consume(request.id, events)
         finally:
             events.close()  # releases the engine's generation lock at once
 
-    def _consume(self, request: GenerationRequest, events) -> None:
+    @Slot(object, object)
+    def runServerJob(self, jobs, job) -> None:
+        """One API request (engine.server.jobs.Job) whose turn has come. Its events go to the
+        HTTP client and, as signals under a request id of their own, to the window."""
+        if self.engine is None:
+            jobs.refuse(job, "no model is loaded in the app")
+            return
+        if not jobs.take(job):
+            return  # its client went away while it waited, or the server stopped
+        request_id = next(_request_ids)
+        self.serverJobStarted.emit(request_id, job.label)
+        self.busyChanged.emit(True)
+        events = jobs.run(self.engine, job)
+        try:
+            self._consume(request_id, events)
+        except Exception as exc:  # noqa: BLE001 - report, never kill the worker thread
+            self.error.emit(request_id, f"Generation failed: {type(exc).__name__}: {exc}", "error")
+        finally:
+            events.close()
+            self.busyChanged.emit(False)
+            self.serverJobEnded.emit(request_id)
+
+    def _consume(self, request_id: int, events) -> None:
         runs: list[Run] = []
         steps: list[tuple[int, int]] = []
         latest: StepStats | None = None
@@ -174,10 +202,10 @@ class EngineWorker(QObject):
         def flush() -> None:
             nonlocal runs, steps, last_emit
             if runs:
-                self.textDelta.emit(request.id, merge_runs(runs))
+                self.textDelta.emit(request_id, merge_runs(runs))
                 runs = []
             if steps and latest is not None:
-                self.stepStats.emit(request.id, StatsUpdate(steps, latest))
+                self.stepStats.emit(request_id, StatsUpdate(steps, latest))
                 steps = []
             last_emit = time.monotonic()
 
@@ -191,14 +219,14 @@ class EngineWorker(QObject):
                     flush()
             elif isinstance(event, Finished):
                 flush()
-                self.finished.emit(request.id, event)
+                self.finished.emit(request_id, event)
                 return
             elif isinstance(event, ErrorEvent):
                 flush()
-                self.error.emit(request.id, event.message, event.kind)
+                self.error.emit(request_id, event.message, event.kind)
                 return
         flush()
-        self.error.emit(request.id, "The engine ended without finishing the answer.", "error")
+        self.error.emit(request_id, "The engine ended without finishing the answer.", "error")
 
     def _close_engine(self) -> None:
         if self.engine is not None:
@@ -218,6 +246,7 @@ class EngineHost(QObject):
     requestLoad = Signal(object)
     requestGenerate = Signal(object)
     requestDrafter = Signal(str)
+    requestServerJob = Signal(object, object)  # JobQueue, Job
 
     def __init__(self) -> None:
         super().__init__()
@@ -228,14 +257,18 @@ class EngineHost(QObject):
         self.requestLoad.connect(self.worker.load)
         self.requestGenerate.connect(self.worker.generate)
         self.requestDrafter.connect(self.worker.setDrafter)
+        self.requestServerJob.connect(self.worker.runServerJob)
         self.state = "unloaded"
         self.state_message = "No model loaded"
         self.config: EngineConfig | None = None  # the last configuration asked for
         self.busy = False
+        self.server_busy = False  # an API request is running
         self.info = None  # the loaded engine's EngineInfo, kept here for the UI thread
         self.worker.loaded.connect(self._on_loaded)
         self.worker.stateChanged.connect(self._on_state)
         self.worker.busyChanged.connect(self._on_busy)
+        self.worker.serverJobStarted.connect(lambda _rid, _label: self._on_server_busy(True))
+        self.worker.serverJobEnded.connect(lambda _rid: self._on_server_busy(False))
         self.thread.start()
 
     def _on_state(self, state: str, message: str) -> None:
@@ -249,6 +282,9 @@ class EngineHost(QObject):
     def _on_busy(self, busy: bool) -> None:
         self.busy = busy
 
+    def _on_server_busy(self, busy: bool) -> None:
+        self.server_busy = busy
+
     def load(self, config: EngineConfig) -> None:
         self.state = "loading"  # at once, so the UI does not see a stale "ready"
         self.state_message = "Loading the model…"
@@ -258,6 +294,10 @@ class EngineHost(QObject):
 
     def generate(self, request: GenerationRequest) -> None:
         self.requestGenerate.emit(request)
+
+    def run_server_job(self, jobs, job) -> None:
+        """Queue an API request behind whatever the worker has queued (any thread)."""
+        self.requestServerJob.emit(jobs, job)
 
     def set_drafter(self, spec: str) -> None:
         if self.config is not None:

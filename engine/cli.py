@@ -189,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.doctor import add_doctor_parser
     from engine.downloads import add_download_parser
     from engine.hyflash.commands import add_data_parser, add_train_parsers
+    from engine.server.cli import add_serve_parser  # fastapi loads only when serving
 
     add_bench_parser(sub)
     add_acceptance_parser(sub)
@@ -197,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_download_parser(sub)
     add_data_parser(sub)
     add_train_parsers(sub)
+    add_serve_parser(sub)
     return parser
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,6 +168,20 @@ class Engine:
         """Switch drafters without reloading the target; a mismatch keeps the old one."""
         self.drafter = make_drafter(spec, self.model_id, self.target, self.backend)
         self.chooser = BlockSizeChooser(self.cost, self.max_block) if self.cost else None
+
+    @contextmanager
+    def use_drafter(self, spec: str | None) -> Iterator[None]:
+        """Draft with `spec` for a while (one server request), then put the engine's own
+        drafter back, with what its block-size chooser has learned; None keeps the current."""
+        if spec is None or spec == self.drafter.name:
+            yield
+            return
+        saved = self.drafter, self.chooser
+        self.set_drafter(spec)
+        try:
+            yield
+        finally:
+            self.drafter, self.chooser = saved
 
     def info(self) -> EngineInfo:
         return EngineInfo(

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtGui import QColor, QImage
-from qt_helpers import spin
+from qt_helpers import loaded_host
 
 from app.main_window import MainWindow
-from app.worker import EngineConfig, EngineHost
+from app.worker import EngineConfig
 
 CONFIG = EngineConfig(model=None, drafter="ngram", n_ctx=2048, n_threads=1, backend="auto")
 SETTINGS = {
@@ -30,9 +30,7 @@ SETTINGS = {
 
 @pytest.fixture(scope="module")
 def host(qapp):
-    h = EngineHost()
-    h.load(CONFIG)
-    assert spin(lambda: h.state in ("ready", "failed"), 180) and h.state == "ready"
+    h = loaded_host(CONFIG)
     yield h
     h.shutdown()
 

@@ -13,12 +13,12 @@ from dataclasses import replace
 
 import pytest
 from PySide6.QtCore import QElapsedTimer, Qt, QTimer
-from qt_helpers import spin
+from qt_helpers import app_dirs, loaded_host
 
 from app.main_window import MainWindow
 from app.settings import AppSettings, SettingsStore
 from app.storage import Storage
-from app.worker import EngineConfig, EngineHost
+from app.worker import EngineConfig
 
 N_CTX = 2048
 CONFIG = EngineConfig(model=None, drafter="ngram", n_ctx=N_CTX, n_threads=1, backend="auto")
@@ -35,23 +35,14 @@ LONG_PROMPT = "Write a long story about a lighthouse keeper and a storm, with ma
 
 @pytest.fixture(scope="module")
 def host(qapp):
-    h = EngineHost()
-    h.load(CONFIG)
-    assert spin(lambda: h.state in ("ready", "failed"), 180), "model did not load"
-    assert h.state == "ready", h.state_message
+    h = loaded_host(CONFIG)
     yield h
     h.shutdown()
 
 
 @pytest.fixture()
 def dirs(tmp_path, monkeypatch):
-    cfg, data = tmp_path / "config", tmp_path / "data"
-    cfg.mkdir()
-    data.mkdir()
-    monkeypatch.setenv("HYFLASH_CONFIG_DIR", str(cfg))
-    monkeypatch.setenv("HYFLASH_DATA_DIR", str(data))
-    (cfg / "settings.json").write_text(json.dumps(SETTINGS), encoding="utf-8")
-    return cfg, data
+    return app_dirs(tmp_path, monkeypatch, SETTINGS)
 
 
 @pytest.fixture()
