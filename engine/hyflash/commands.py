@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
+
+import numpy as np
 
 DISTILL_ROOT = Path("data/distill")
 DEFAULT_CORPUS = DISTILL_ROOT / "smollm2-135m-instruct" / "answers.jsonl"
@@ -53,14 +56,18 @@ def cmd_data_generate(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_answers_path(model_id, args.split, args.bucket)
     with LlamaTarget(path, n_ctx=64) as probe:
         prompts, longest = selected_prompts(args, probe)
-    target = LlamaTarget(path, n_ctx=max(512, longest), n_threads=args.threads)
+        if args.generator == "torch":  # (generate_corpus picks its own for llama.cpp)
+            prompts = _prompts_to_answer(probe, prompts, out, longest)
     bar = tqdm(total=len(prompts), unit="answer", file=sys.stderr)
 
     def progress(done: int, total: int, tok_s: float) -> None:
         bar.total = total
-        bar.update(1)
+        bar.update(done - bar.n)
         bar.set_postfix(tok_s=f"{tok_s:.0f}")
 
+    if args.generator == "torch":
+        return _generate_torch(args, path, prompts, out, progress, bar)
+    target = LlamaTarget(path, n_ctx=max(512, longest), n_threads=args.threads)
     try:
         written = generate_corpus(
             target,
@@ -76,6 +83,47 @@ def cmd_data_generate(args: argparse.Namespace) -> int:
         bar.close()
         target.close()
     print(f"wrote {written} answers to {out}")
+    return 0
+
+
+def _prompts_to_answer(target, prompts: list, out: Path, longest: int) -> list[tuple]:
+    """(prompt, chat-templated ids) of the prompts out does not answer yet, up to longest."""
+    from engine.chat_template import ChatTemplate
+    from engine.hyflash.distill import done_keys
+
+    template = ChatTemplate.for_target(target)
+    have = done_keys(out)
+    todo = []
+    for p in prompts:
+        if p.key not in have:
+            ids = template.tokenize(target, [{"role": "user", "content": p.text}])
+            if len(ids) <= longest:
+                todo.append((p, ids))
+    return todo
+
+
+def _generate_torch(args: argparse.Namespace, path: Path, todo: list, out: Path, progress, bar):
+    """data generate --generator torch: the GGUF in torch answers in batches of --streams."""
+    from engine.hyflash.torch_target import TorchTarget, generate_answers
+
+    eos = _eog_ids(path)
+    target = TorchTarget(
+        path, dtype=args.torch_dtype, device=args.torch_device, threads=args.threads
+    )
+    try:
+        written = generate_answers(
+            target,
+            todo,
+            out,
+            batch=args.streams,
+            max_tokens=args.max_tokens,
+            eos_ids=eos,
+            progress=progress,
+        )
+    finally:
+        bar.close()
+        target.close()
+    print(f"wrote {written} answers to {out} (torch {target.dtype} on {target.device})")
     return 0
 
 
@@ -123,6 +171,16 @@ def cmd_data_conversations(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_torch_args(parser) -> None:
+    parser.add_argument(
+        "--torch-dtype",
+        default="auto",
+        choices=["auto", "fp32", "bf16"],
+        help="torch target weights (auto: bf16 where native: AMX/AVX512-BF16 or CUDA)",
+    )
+    parser.add_argument("--torch-device", default="auto", choices=["auto", "cpu", "cuda"])
+
+
 def add_data_parser(sub) -> None:
     data = sub.add_parser("data", help="self-distillation corpora")
     dsub = data.add_subparsers(dest="data_command", required=True)
@@ -150,9 +208,19 @@ def add_data_parser(sub) -> None:
         default=12,
         help="eval, long: first N of every set; long-train: N prompts",
     )
-    gen.add_argument("--streams", type=int, default=8)
+    gen.add_argument(
+        "--streams", type=int, default=8, help="parallel llama.cpp sequences, or torch batch size"
+    )
     gen.add_argument("--max-tokens", type=int, default=384)
     gen.add_argument("--threads", type=int, default=None)
+    gen.add_argument(
+        "--generator",
+        default="llama",
+        choices=["llama", "torch"],
+        help="who answers: llama.cpp (the run-time target) or the same GGUF in torch "
+        "(the [train] extra; batched, for a GPU; rows record their generator)",
+    )
+    _add_torch_args(gen)
     gen.set_defaults(func=cmd_data_generate)
     conv = dsub.add_parser(
         "conversations", help="ShareGPT turns with their own answers (prefill-labelled data)"
@@ -162,6 +230,226 @@ def add_data_parser(sub) -> None:
     conv.add_argument("--limit", type=int, default=1000)
     conv.add_argument("--max-tokens", type=int, default=384)
     conv.set_defaults(func=cmd_data_conversations)
+    check = dsub.add_parser(
+        "torch-check",
+        help="the GGUF in torch vs llama.cpp on held-out text: speed of features, labels "
+        "and batched generation; feature cosine and argmax agreement ([train] extra)",
+    )
+    check.add_argument("--model", default=None)
+    check.add_argument("--answers", default=str(EVAL_CORPUS), help="held-out answers")
+    check.add_argument(
+        "--dtype",
+        default="all",
+        choices=["all", "auto", "fp32", "bf16"],
+        help="torch dtypes to measure (all: fp32, and bf16 where it runs natively)",
+    )
+    check.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    check.add_argument("--tokens", type=int, default=8192, help="held-out tokens")
+    check.add_argument("--batch", type=int, default=8, help="torch sequences per forward")
+    check.add_argument("--gen-prompts", type=int, default=8, help="prompts, generated at once")
+    check.add_argument("--gen-tokens", type=int, default=128, help="new tokens per prompt")
+    check.add_argument("--threads", type=int, default=None)
+    check.add_argument("--out", default=None, help="folder for torch_check.json and .md")
+    check.set_defaults(func=cmd_data_torch_check)
+
+
+def _round_robin(rows: list[dict]) -> list[dict]:
+    """Rows taking turns by source (evaluation set), so that any prefix mixes the sets."""
+    from itertools import zip_longest
+
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row.get("source", ""), []).append(row)
+    return [r for turn in zip_longest(*groups.values()) for r in turn if r is not None]
+
+
+def _held_out(rows: list[dict], n_tokens: int) -> list[np.ndarray]:
+    """Held-out sequences (prompt + answer ids, at most 512 tokens each) totalling n_tokens,
+    the last one cut."""
+    seqs, total = [], 0
+    for row in rows:
+        seq = np.asarray(row["prompt_ids"] + row["answer_ids"], dtype=np.int64)[:512]
+        seq = seq[: n_tokens - total]
+        if len(seq) < 2:
+            break
+        seqs.append(seq)
+        total += len(seq)
+    return seqs
+
+
+def _timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def _llama_check(gguf: Path, seqs: list, prompts: list, args: argparse.Namespace) -> dict:
+    """llama.cpp: prefill with features on, then with all-row logits (labels), then
+    distill.py's batched greedy streams on the prompts."""
+    from engine.hyflash.distill import BatchedGreedy
+    from engine.hyflash.features import llama_rows
+    from engine.hyflash.prompts import Prompt
+    from engine.target import LlamaTarget
+
+    n_tok = sum(len(s) for s in seqs)
+    with LlamaTarget(gguf, n_ctx=520, features=True, n_threads=args.threads) as target:
+        llama_rows(target, seqs[0][:16].tolist(), True)  # warm-up
+        _, feat_s = _timed(lambda: [llama_rows(target, s.tolist(), False) for s in seqs])
+        rows, label_s = _timed(lambda: [llama_rows(target, s.tolist(), True) for s in seqs])
+        answers: dict[str, list[int]] = {}
+
+        def on_done(stream, _reason: str) -> None:
+            answers[stream.prompt.id] = stream.answer
+
+        width = max(len(p) for p in prompts) + args.gen_tokens + 1
+        gen = BatchedGreedy(target, len(prompts), width, target.n_threads)
+        todo = [(Prompt("check", str(i), ""), p) for i, p in enumerate(prompts)]
+        try:
+            _, gen_s = _timed(lambda: gen.run(todo, args.gen_tokens, on_done))
+        finally:
+            gen.close()
+    ordered = [answers[str(i)] for i in range(len(prompts))]
+    return {
+        "name": f"llama.cpp cpu ({target.n_threads} threads)",
+        "features_tok_s": n_tok / feat_s,
+        "labels_tok_s": n_tok / label_s,
+        "generation_tok_s": sum(len(a) for a in ordered) / gen_s,
+        "features": [np.asarray(f) for f, _ in rows],
+        "next_tokens": [np.asarray(p) for _, p in rows],
+        "answers": ordered,
+    }
+
+
+def _torch_check(
+    gguf: Path, dtype: str, seqs: list, prompts: list, eos: list, args: argparse.Namespace
+) -> dict:
+    """The GGUF in torch: batched forwards without and with the LM head, batched generation."""
+    from engine.hyflash.torch_target import TorchTarget
+
+    n_tok = sum(len(s) for s in seqs)
+    batches = [seqs[i : i + args.batch] for i in range(0, len(seqs), args.batch)]
+    target = TorchTarget(gguf, dtype=dtype, device=args.device, threads=args.threads)
+    try:
+        target.forward([seqs[0][:16]])  # warm-up
+        _, feat_s = _timed(lambda: [target.forward(b, next_tokens=False) for b in batches])
+        outs, label_s = _timed(lambda: [o for b in batches for o in target.forward(b)])
+        answers, gen_s = _timed(lambda: target.generate_batch(prompts, args.gen_tokens, eos))
+    finally:
+        target.close()
+    ordered = [a for a, _ in answers]
+    return {
+        "name": f"torch {target.dtype} {target.device}",
+        "features_tok_s": n_tok / feat_s,
+        "labels_tok_s": n_tok / label_s,
+        "generation_tok_s": sum(len(a) for a in ordered) / gen_s,
+        "features": [o.features for o in outs],
+        "next_tokens": [o.next_tokens for o in outs],
+        "answers": ordered,
+    }
+
+
+def _agreement(ref: dict, other: dict) -> dict:
+    """Feature cosine and norm ratio per position, argmax agreement, and equal answers of
+    other against ref (llama.cpp)."""
+    a = np.concatenate(ref["features"]).astype(np.float64)
+    b = np.concatenate(other["features"]).astype(np.float64)
+    na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
+    cos = (a * b).sum(1) / (na * nb)
+    same = np.concatenate(ref["next_tokens"]) == np.concatenate(other["next_tokens"])
+    equal = [x == y for x, y in zip(ref["answers"], other["answers"], strict=True)]
+    return {
+        "cosine_mean": float(cos.mean()),
+        "cosine_min": float(cos.min()),
+        "norm_ratio_mean": float((nb / na).mean()),
+        "argmax_agreement": float(same.mean()),
+        "answers_equal": f"{sum(equal)}/{len(equal)}",
+    }
+
+
+def cmd_data_torch_check(args: argparse.Namespace) -> int:
+    """The torch-side target against llama.cpp on held-out text, in one run."""
+    from importlib.metadata import version
+
+    import torch
+
+    from engine.bench.report import publish
+    from engine.bench.speed import machine_info
+    from engine.hyflash.distill import load_answers
+    from engine.hyflash.torch_target import native_bf16, resolve_device
+    from engine.models import resolve_target
+    from engine.target import default_threads
+
+    args.threads = args.threads or default_threads()
+    torch.set_num_threads(args.threads)
+    model_id, gguf = resolve_target(args.model)
+    rows = _round_robin(load_answers(Path(args.answers)))
+    seqs = _held_out(rows, args.tokens)
+    prompts = [r["prompt_ids"] for r in rows[: args.gen_prompts]]
+    if not seqs:
+        print(f"error: no answers in {args.answers}", file=sys.stderr)
+        return 2
+    bf16 = native_bf16(args.device)
+    dtypes = {"all": ["fp32", "bf16"] if bf16 else ["fp32"], "auto": ["auto"]}.get(
+        args.dtype, [args.dtype]
+    )
+    llama = _llama_check(gguf, seqs, prompts, args)
+    eos = _eog_ids(gguf)
+    results = [llama] + [_torch_check(gguf, d, seqs, prompts, eos, args) for d in dtypes]
+    for r in results[1:]:
+        r.update(_agreement(llama, r))
+    keys = ("features", "next_tokens", "answers")
+    table = [{k: v for k, v in r.items() if k not in keys} for r in results]
+    device = resolve_device(args.device)
+    machine = machine_info(args.threads) | {
+        "bf16_native": bf16,
+        "torch": torch.__version__,
+        # metadata, not an import: only torch_target imports transformers (the bundle omits it)
+        "transformers": version("transformers"),
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+    }
+    result = {
+        "command": "hyflash data torch-check " + " ".join(sys.argv[3:]),
+        "machine": machine,
+        "model": model_id,
+        "answers": args.answers,
+        "sequences": len(seqs),
+        "tokens": int(sum(len(s) for s in seqs)),
+        "generation": {"prompts": len(prompts), "max_new_tokens": args.gen_tokens},
+        "results": table,
+    }
+    publish(result, _torch_check_markdown(result), args.out, "torch_check")
+    return 0
+
+
+def _torch_check_markdown(result: dict) -> str:
+    m, g = result["machine"], result["generation"]
+    lines = [
+        "# Training-side target: torch vs llama.cpp",
+        "",
+        f"{m['cpu']} ({m['threads']} threads; torch device {m['device']}, native bf16 "
+        f"{m['bf16_native']}), torch {m['torch']}, transformers {m['transformers']}; "
+        f"{result['model']}, {result['tokens']} held-out tokens in {result['sequences']} "
+        f"sequences of {result['answers']}; generation: {g['prompts']} prompts x "
+        f"{g['max_new_tokens']} tokens, llama.cpp as parallel streams, torch as one batch.",
+        "",
+        "| target | features tok/s | labels tok/s | generation tok/s | cosine mean / min "
+        "| norm ratio | argmax agreement | answers = llama.cpp's |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["results"]:
+        agree = (
+            f"{r['cosine_mean']:.5f} / {r['cosine_min']:.4f} | {r['norm_ratio_mean']:.4f} | "
+            f"{r['argmax_agreement']:.3f} | {r['answers_equal']}"
+            if "cosine_mean" in r
+            else "reference | | | "
+        )
+        lines.append(
+            f"| {r['name']} | {r['features_tok_s']:.0f} | {r['labels_tok_s']:.0f} | "
+            f"{r['generation_tok_s']:.1f} | {agree} |"
+        )
+    best = max(result["results"], key=lambda r: r["features_tok_s"])
+    lines += ["", f"Fastest feature source here: {best['name']}."]
+    return "\n".join(lines)
 
 
 def _split_val(keys: list[str], frac: float) -> tuple[list[int], list[int]]:
@@ -183,33 +471,41 @@ def _corpus_with_features(
 ):
     """(tokens, prompt_lens, keys, features, labels or None) of one corpus, features (and
     target labels) from the prefill cache; rank 0 fills the cache, the others wait for it."""
-    import time
-
     import torch.distributed as dist
 
-    from engine.hyflash.features import cache_dir_for, feature_cache, load_corpus
+    from engine.hyflash.features import cache_dir_for, feature_cache, load_corpus, resolve_source
 
     tokens, prompt_lens, keys = load_corpus(path, args.max_len)
     if not tokens:
         return [], [], [], [], None
-    cache_dir = Path(cache) if cache else cache_dir_for(gguf, keys, with_labels)
+    source = resolve_source(args.feature_source, args.torch_dtype, args.torch_device)
+    cache_dir = Path(cache) if cache else cache_dir_for(gguf, keys, with_labels, source)
     distributed = dist.is_available() and dist.is_initialized()
     rank = dist.get_rank() if distributed else 0
     if rank == 0:
         start = time.perf_counter()
         feats, labels = feature_cache(
-            tokens, gguf, cache_dir, threads=args.llama_threads, with_labels=with_labels
+            tokens,
+            gguf,
+            cache_dir,
+            threads=args.llama_threads,
+            with_labels=with_labels,
+            source=source,
+            device=args.torch_device,
         )
         n_tok = sum(len(t) for t in tokens)
         took = time.perf_counter() - start
         print(
-            f"{path.name}: features{' + labels' if with_labels else ''} of {n_tok} tokens "
-            f"ready in {took:.0f} s ({n_tok / max(took, 1e-9):.0f} tok/s; instant when cached)"
+            f"{path.name}: {source} features{' + labels' if with_labels else ''} of {n_tok} "
+            f"tokens ready in {took:.0f} s ({n_tok / max(took, 1e-9):.0f} tok/s; instant when "
+            "cached)"
         )
     if distributed:
         dist.barrier()
     if rank != 0:
-        feats, labels = feature_cache(tokens, gguf, cache_dir, with_labels=with_labels)
+        feats, labels = feature_cache(
+            tokens, gguf, cache_dir, with_labels=with_labels, source=source
+        )
     # a subset after the cache, so data-budget experiments reuse the whole corpus's features
     n = max_answers or len(tokens)
     labels = labels[:n] if labels is not None else None
@@ -434,7 +730,17 @@ def add_train_parsers(sub) -> None:
         "target's own prediction at every position (text it did not write)",
     )
     tr.add_argument("--threads", type=int, default=1, help="torch threads")
-    tr.add_argument("--llama-threads", type=int, default=None, help="threads for prefill")
+    tr.add_argument(
+        "--llama-threads", type=int, default=None, help="threads for prefill (either source)"
+    )
+    tr.add_argument(
+        "--feature-source",
+        default="llama",
+        choices=["llama", "torch"],
+        help="who computes features (and --labels target): llama.cpp prefill, or the same "
+        "GGUF in torch (hyflash data torch-check says which is faster and how close)",
+    )
+    _add_torch_args(tr)
     tr.add_argument("--quiet", action="store_true")
     tr.set_defaults(func=cmd_train)
 

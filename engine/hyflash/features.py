@@ -1,6 +1,10 @@
 """Training and evaluation data without torch: the self-distilled corpus as token arrays and
 the target's final-layer features for every position, computed once by prefill into a float16
-memmap cache (resumable). Used by training and by the acceptance benchmark."""
+memmap cache (resumable). Used by training and by the acceptance benchmark.
+
+The feature source is llama.cpp's prefill ("llama", the default) or, with the [train] extra,
+the same GGUF in torch ("torch-fp32" / "torch-bf16", engine/hyflash/torch_target.py): same
+cache format, in a folder of its own so the two never mix."""
 
 from __future__ import annotations
 
@@ -27,11 +31,27 @@ def load_corpus(path: Path, max_len: int) -> tuple[list[np.ndarray], list[int], 
     return tokens, prompt_lens, keys
 
 
-def cache_dir_for(gguf_path: Path, keys: list[str], with_labels: bool = False) -> Path:
+def resolve_source(source: str, dtype: str = "auto", device: str = "auto") -> str:
+    """A feature source by name: "llama", or "torch" with its dtype resolved ("torch-fp32" or
+    "torch-bf16"; auto picks bf16 where it runs natively)."""
+    if source == "llama":
+        return source
+    if source != "torch":
+        raise ValueError(f"unknown feature source {source!r} (llama or torch)")
+    from engine.hyflash.torch_target import resolve_dtype
+
+    return f"torch-{resolve_dtype(dtype, device)}"
+
+
+def cache_dir_for(
+    gguf_path: Path, keys: list[str], with_labels: bool = False, source: str = "llama"
+) -> Path:
     """The default cache folder of a corpus: named by the target and the answers' keys, so
-    training and benchmarks on the same answers share one prefill."""
+    training and benchmarks on the same answers share one prefill; torch caches live in
+    runs/features/<source>/."""
     digest = hashlib.sha1("|".join(keys).encode()).hexdigest()[:12]
-    return Path("runs/features") / f"{gguf_path.stem}-{digest}{'-labels' if with_labels else ''}"
+    root = Path("runs/features") if source == "llama" else Path("runs/features") / source
+    return root / f"{gguf_path.stem}-{digest}{'-labels' if with_labels else ''}"
 
 
 def _write_index(path: Path, index: dict) -> None:
@@ -45,10 +65,10 @@ def sequence_digest(seq: np.ndarray) -> str:
     return hashlib.sha1(np.asarray(seq, dtype=np.int64).tobytes()).hexdigest()[:16]
 
 
-def _reusable(gguf_path: Path, cache_dir: Path, with_labels: bool) -> dict[str, tuple]:
+def _reusable(gguf_path: Path, cache_dir: Path, with_labels: bool, source: str) -> dict[str, tuple]:
     """digest -> (features memmap, labels memmap or None, offset, length) over the finished
-    sequences of the other caches of the same target: the features of a sequence depend on
-    its tokens alone, so a grown corpus only prefills its new sequences."""
+    sequences of the other caches of the same target and source: the features of a sequence
+    depend on its tokens alone, so a grown corpus only prefills its new sequences."""
     found: dict[str, tuple] = {}
     for other in sorted(cache_dir.parent.glob(f"{gguf_path.stem}-*")):
         index_path = other / "index.json"
@@ -57,6 +77,8 @@ def _reusable(gguf_path: Path, cache_dir: Path, with_labels: bool) -> dict[str, 
         index = json.loads(index_path.read_text())
         digests = index.get("digests", [])[: index.get("done", 0)]
         if not digests or not index.get("fingerprint", "").startswith(gguf_path.name + ":"):
+            continue
+        if index.get("source", "llama") != source:
             continue
         has_labels = (other / "labels.i32").exists()
         if with_labels and not has_labels:
@@ -78,6 +100,25 @@ def _reusable(gguf_path: Path, cache_dir: Path, with_labels: bool) -> dict[str, 
     return found
 
 
+def llama_rows(target, seq: list[int], with_labels: bool) -> tuple[np.ndarray, list | None]:
+    """Features of seq (and with_labels its next-token predictions) by llama.cpp prefill."""
+    target.reset()
+    if not with_labels:
+        target.prefill(seq)
+        return target.features(0, len(seq)), None
+    preds = []
+    for c in range(0, len(seq), target.n_batch):
+        out = target.decode(seq[c : c + target.n_batch], all_logits=True)
+        preds.extend(np.argmax(out.logits, axis=1).tolist())
+    return target.features(0, len(seq)), preds
+
+
+def _torch_rows(target, tokens: list[np.ndarray], batch: list[int], with_labels: bool) -> dict:
+    """index -> (features, next-token predictions or None) of a batch, by one torch forward."""
+    outs = target.forward([tokens[j] for j in batch], next_tokens=with_labels)
+    return {j: (o.features, o.next_tokens) for j, o in zip(batch, outs, strict=True)}
+
+
 def feature_cache(
     tokens: list[np.ndarray],
     gguf_path: Path,
@@ -87,6 +128,9 @@ def feature_cache(
     progress=None,
     with_labels: bool = False,
     save_every_s: float = 60.0,
+    source: str = "llama",
+    device: str = "auto",
+    batch_tokens: int = 4096,
 ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
     """Final-layer target features for every sequence, computed once by prefill into a float16
     memmap (cache_dir/features.f16 + index.json); an interrupted run continues where it was,
@@ -94,7 +138,10 @@ def feature_cache(
 
     with_labels: also the target's greedy prediction for every position (labels[j] = argmax
     of the logits after tokens[:j]; labels[0] = tokens[0]), from the same prefill with logits
-    on every row, into labels.i32: training targets for text the target did not write."""
+    on every row, into labels.i32: training targets for text the target did not write.
+
+    source: "llama" (llama.cpp prefill) or "torch-fp32" / "torch-bf16" (resolve_source; the
+    GGUF in torch on `device`, consecutive sequences batched up to batch_tokens padded)."""
     from engine.target import LlamaTarget
 
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -102,6 +149,8 @@ def feature_cache(
     total = int(offsets[-1])
     index_path = cache_dir / "index.json"
     fingerprint = f"{gguf_path.name}:{len(tokens)}:{total}" + (":labels" if with_labels else "")
+    if source != "llama":  # llama caches keep their old fingerprint (still valid)
+        fingerprint += f":{source}"
     index = json.loads(index_path.read_text()) if index_path.exists() else {}
     digests = [sequence_digest(t) for t in tokens]
     # same keys and lengths but other tokens (answers regenerated under the same keys) would
@@ -111,20 +160,27 @@ def feature_cache(
     had_digests = "digests" in index
     index["digests"] = digests
     index["lengths"] = [len(t) for t in tokens]
+    index["source"] = source
     mode = "r+" if (cache_dir / "features.f16").exists() and index["done"] else "w+"
     target = None
     reuse: dict[str, tuple] = {}
     if index["done"] < len(tokens):
-        reuse = _reusable(gguf_path, cache_dir, with_labels)
+        reuse = _reusable(gguf_path, cache_dir, with_labels, source)
         todo = range(index["done"], len(tokens))
         missing = [index["lengths"][i] for i in todo if index["digests"][i] not in reuse]
-        if missing:
+        if not missing:
+            index["n_embd"] = next(iter(reuse.values()))[0].shape[1]
+        elif source == "llama":
             target = LlamaTarget(
                 gguf_path, n_ctx=max(missing) + 8, features=True, n_threads=threads
             )
-            index["n_embd"] = target.n_embd
         else:
-            index["n_embd"] = next(iter(reuse.values()))[0].shape[1]
+            from engine.hyflash.torch_target import TorchTarget
+
+            dtype = source.removeprefix("torch-")
+            target = TorchTarget(gguf_path, dtype=dtype, device=device, threads=threads)
+        if target is not None:
+            index["n_embd"] = target.n_embd
     store = np.memmap(
         cache_dir / "features.f16", dtype=np.float16, mode=mode, shape=(total, int(index["n_embd"]))
     )
@@ -133,6 +189,7 @@ def feature_cache(
         if with_labels
         else None
     )
+    pending: dict[int, tuple] = {}  # torch: rows of a batch computed ahead of the loop
     saved_at = time.monotonic()
     try:
         for i in range(index["done"], len(tokens)):
@@ -144,18 +201,17 @@ def feature_cache(
                 store[lo:hi] = src_feats[at : at + length]
                 if labels is not None:
                     labels[lo:hi] = src_labels[at : at + length]
-            elif labels is None:
-                target.reset()
-                target.prefill(seq)
-                store[lo:hi] = target.features(0, len(seq))
             else:
-                target.reset()
-                preds = [seq[0]]
-                for c in range(0, len(seq), target.n_batch):
-                    out = target.decode(seq[c : c + target.n_batch], all_logits=True)
-                    preds.extend(np.argmax(out.logits, axis=1).tolist())
-                labels[lo:hi] = preds[: len(seq)]
-                store[lo:hi] = target.features(0, len(seq))
+                if source == "llama":
+                    feats, preds = llama_rows(target, seq, with_labels)
+                else:
+                    if i not in pending:
+                        batch = _next_batch(i, tokens, index["digests"], reuse, batch_tokens)
+                        pending = _torch_rows(target, tokens, batch, with_labels)
+                    feats, preds = pending.pop(i)
+                store[lo:hi] = feats
+                if labels is not None:
+                    labels[lo:hi] = [seq[0], *preds[: len(seq) - 1]]
             # every 50 sequences, or every minute: one long-context sequence takes about that
             if i % 50 == 49 or i == len(tokens) - 1 or time.monotonic() - saved_at >= save_every_s:
                 saved_at = time.monotonic()
@@ -177,3 +233,20 @@ def feature_cache(
     return feats, [
         np.asarray(labels[offsets[i] : offsets[i + 1]], dtype=np.int64) for i in range(len(tokens))
     ]
+
+
+def _next_batch(
+    start: int, tokens: list[np.ndarray], digests: list[str], reuse: dict, batch_tokens: int
+) -> list[int]:
+    """Sequences start.. still to compute, as many as fit batch_tokens once padded (one at
+    least): a padded batch costs its count times its longest sequence."""
+    batch: list[int] = []
+    longest = 0
+    for j in range(start, len(tokens)):
+        if digests[j] in reuse:
+            continue
+        longest = max(longest, len(tokens[j]))
+        if batch and longest * (len(batch) + 1) > batch_tokens:
+            break
+        batch.append(j)
+    return batch
