@@ -30,10 +30,12 @@ RELOAD_FIELDS = ("model", "n_ctx", "n_threads", "backend", "extra_bufts", "verif
 
 
 def auto_threads() -> int:
-    """Threads for 'auto': every core but one, so the UI thread always has a core of its own
-    (llama.cpp's threads spin, and a starved UI thread stutters)."""
+    """Threads for 'auto'. On 1-2 cores every core: measured on a 2-core VM
+    (scripts/bench_app_speed.py), 2 threads streamed 6% faster than 1 and the event loop's
+    longest stall stayed at 44 ms. From 3 cores, every core but one, so the UI thread keeps
+    a core of its own while llama.cpp's threads spin (not measured there: no such machine)."""
     cores = os.cpu_count() or 2
-    return max(1, min(cores - 1, 8))
+    return max(1, min(cores if cores <= 2 else cores - 1, 8))
 
 
 @dataclass
@@ -91,6 +93,8 @@ def _valid(name: str, value: object) -> bool:
         "font_size": is_int and 7 <= value <= 24,
         "tint_drafted": isinstance(value, bool),
         "show_stats": isinstance(value, bool),
+        "server_enabled": isinstance(value, bool),
+        "server_port": is_int and 0 <= value <= 65535,
     }
     return checks.get(name, False)
 

@@ -26,17 +26,31 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
 def spin(predicate, timeout: float) -> bool:
-    from PySide6.QtCore import QCoreApplication, QEventLoop
+    """Run the Qt event loop as the app does (exec, idle between events) until predicate()
+    holds or the timeout passes; a 50 ms timer checks. A polling loop would keep the UI
+    thread busy and steal the CPU and the GIL from the engine thread being measured."""
+    from PySide6.QtCore import QEventLoop, QTimer
 
+    loop = QEventLoop()
     end = time.monotonic() + timeout
-    while not predicate() and time.monotonic() < end:
-        QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
-        time.sleep(0.002)
+
+    def check() -> None:
+        if predicate() or time.monotonic() > end:
+            loop.quit()
+
+    timer = QTimer()
+    timer.setInterval(50)
+    timer.timeout.connect(check)
+    timer.start()
+    if not predicate():
+        loop.exec()
+    timer.stop()
     return bool(predicate())
 
 
-def window_answer(window, prompt: str) -> tuple[int, float, list[float]]:
-    """(tokens, decode seconds, event-loop gaps in ms) of one answer in a fresh chat."""
+def window_answer(window, prompt: str, gaps_timer: bool) -> tuple[int, float, list[float]]:
+    """(tokens, decode seconds, event-loop gaps in ms: none without the timer) of one answer
+    in a fresh chat."""
     from PySide6.QtCore import QElapsedTimer, QTimer
 
     window.new_conversation()
@@ -53,7 +67,8 @@ def window_answer(window, prompt: str) -> tuple[int, float, list[float]]:
     timer = QTimer()
     timer.setInterval(10)
     timer.timeout.connect(tick)
-    timer.start()
+    if gaps_timer:
+        timer.start()
     if not window.send_message(prompt):
         raise RuntimeError("the window did not accept the prompt")
     if not spin(lambda: window.active is None, 600):
@@ -71,8 +86,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--temperature", type=float, default=0.2)
     p.add_argument("--top-p", type=float, default=0.9)
     p.add_argument("--drafter", default="hyflash")
+    p.add_argument(
+        "--switch-intervals",
+        default="",
+        help="GIL switch intervals (s) to try in the window, e.g. 0.005,0.001 (default: the "
+        "app's own)",
+    )
+    p.add_argument(
+        "--update-rates",
+        default="",
+        help="text/stats updates per second to try in the window, e.g. 30,10 (default: the "
+        "app's own)",
+    )
+    p.add_argument(
+        "--no-gap-timer",
+        action="store_true",
+        help="do not run the 10 ms timer that measures the event loop's gaps",
+    )
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
+    default_interval = sys.getswitchinterval()
+    intervals = (
+        [float(x) for x in args.switch_intervals.split(",")] if args.switch_intervals else []
+    )
+    rates = [float(x) for x in args.update_rates.split(",") if x]
 
     cores = os.cpu_count() or 2
     counts = [int(t) for t in args.threads.split(",")] if args.threads else [*range(1, cores + 1)]
@@ -92,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from PySide6.QtWidgets import QApplication
 
+    from app import worker
     from app.main_window import MainWindow
     from app.worker import EngineConfig, EngineHost
     from engine.bench.prompts import CHAT_PROMPTS
@@ -99,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.engine import Engine
     from engine.target import default_threads
 
+    default_emit = worker.EMIT_INTERVAL_S
     qapp = QApplication.instance() or QApplication([])
     windows, hosts = {}, []
     for t in counts:
@@ -110,7 +149,15 @@ def main(argv: list[str] | None = None) -> int:
         window = MainWindow(host=host)
         window.show()
         spin(lambda w=window: w.engine_info is not None, 60)
-        windows[f"window, {t} thread{'s' * (t > 1)}"] = window
+        name = f"window, {t} thread{'s' * (t > 1)}"
+        for interval in intervals or [None]:
+            for rate in rates or [None]:
+                label = name
+                if interval is not None:
+                    label += f", GIL switch {interval * 1000:g} ms"
+                if rate is not None:
+                    label += f", {rate:g} updates/s"
+                windows[label] = (window, interval, rate)
     cli_threads = default_threads()
     cli = Engine(None, drafter=args.drafter, n_threads=cli_threads)
     cli_name = f"command line, {cli_threads} threads"
@@ -123,7 +170,12 @@ def main(argv: list[str] | None = None) -> int:
                 run = run_once(cli, prompt, "auto", args.max_tokens, args.temperature, args.top_p)
                 tokens, decode_s, gaps = len(run.tokens), run.decode_s, []
             else:
-                tokens, decode_s, gaps = window_answer(windows[name], prompt)
+                window, interval, rate = windows[name]
+                sys.setswitchinterval(interval or default_interval)
+                worker.EMIT_INTERVAL_S = 1 / rate if rate else default_emit
+                tokens, decode_s, gaps = window_answer(window, prompt, not args.no_gap_timer)
+                sys.setswitchinterval(default_interval)
+                worker.EMIT_INTERVAL_S = default_emit
             totals[name]["tokens"] += tokens
             totals[name]["decode_s"] += decode_s
             totals[name]["gaps"] += gaps
@@ -147,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"{len(prompts)} chat prompts, {args.max_tokens} tokens max, drafter {args.drafter}, "
         f"block size auto, temperature {args.temperature:g}, top-p {args.top_p:g}; "
-        f"{machine_info(cli_threads)['cpu']}, {cores} cores.",
+        f"{machine_info(cli_threads)['cpu']}, {cores} cores; GIL switch interval "
+        f"{default_interval * 1000:g} ms unless named.",
         "",
         "| config | tokens | decode tok/s | vs command line | event loop max gap (ms) | p99 |",
         "|---|---|---|---|---|---|",
@@ -163,10 +216,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        result = {"machine": machine_info(cli_threads), "settings": settings, "rows": rows}
+        result = {
+            "machine": machine_info(cli_threads),
+            "settings": settings,
+            "switch_interval_s": default_interval,
+            "rows": rows,
+        }
         (out / "app-speed.json").write_text(json.dumps(result, indent=2))
         (out / "app-speed.md").write_text("\n".join(lines) + "\n")
-    for window in windows.values():
+    for window in {w for w, _interval, _rate in windows.values()}:
         window.close()
     for host in hosts:
         host.shutdown()

@@ -310,3 +310,11 @@ def test_message_card_code_block_copy_and_tint(qtbot):
     card.copyRequested.connect(lambda w: copied.append(w.text))
     qtbot.mouseClick(card.copy_button, Qt.MouseButton.LeftButton)
     assert copied == [text]
+
+
+@pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 2), (4, 3), (8, 7), (64, 8)])
+def test_auto_threads_per_core_count(monkeypatch, cores, threads):
+    from app import settings
+
+    monkeypatch.setattr(settings.os, "cpu_count", lambda: cores)
+    assert settings.auto_threads() == threads
