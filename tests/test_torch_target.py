@@ -150,3 +150,14 @@ def test_torch_feature_source_writes_a_cache_the_trainer_reads(
     monkeypatch.setattr(torch_target, "TorchTarget", None)
     again, _ = feature_cache(tokens, model_path, torch_dir, with_labels=True, source="torch-fp32")
     assert all(np.array_equal(a, b) for a, b in zip(feats, again, strict=True))
+
+
+def test_llama_rows_of_one_sequence_survive_the_next(llama_t):
+    from engine.hyflash.features import llama_rows
+
+    first_ids = _chat_ids(llama_t, "The first of two sequences.")
+    first, preds = llama_rows(llama_t, first_ids, True)
+    kept = first.copy()
+    second, _ = llama_rows(llama_t, _chat_ids(llama_t, "A different, second sequence here."), False)
+    assert np.array_equal(first, kept)  # not a view of the target's reused feature store
+    assert len(preds) == len(first_ids) and not np.array_equal(first[-1], second[-1])

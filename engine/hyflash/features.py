@@ -101,16 +101,17 @@ def _reusable(gguf_path: Path, cache_dir: Path, with_labels: bool, source: str) 
 
 
 def llama_rows(target, seq: list[int], with_labels: bool) -> tuple[np.ndarray, list | None]:
-    """Features of seq (and with_labels its next-token predictions) by llama.cpp prefill."""
+    """Features of seq (and with_labels its next-token predictions) by llama.cpp prefill; a
+    copy, since the target's own feature store is overwritten by the next sequence."""
     target.reset()
     if not with_labels:
         target.prefill(seq)
-        return target.features(0, len(seq)), None
+        return target.features(0, len(seq)).copy(), None
     preds = []
     for c in range(0, len(seq), target.n_batch):
         out = target.decode(seq[c : c + target.n_batch], all_logits=True)
         preds.extend(np.argmax(out.logits, axis=1).tolist())
-    return target.features(0, len(seq)), preds
+    return target.features(0, len(seq)).copy(), preds
 
 
 def _torch_rows(target, tokens: list[np.ndarray], batch: list[int], with_labels: bool) -> dict:
