@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def format_size(n_bytes: float) -> str:
     """Decimal units, as download pages and file managers show sizes: 1.23 GB, 456 MB,
-    12.3 MB, 0.125 MB (memory statistics of small drafters stay readable)."""
+    12.3 MB, 0.013 MB (memory statistics of small drafters stay readable)."""
     if n_bytes >= 1e9:
         return f"{n_bytes / 1e9:.2f} GB"
     mb = n_bytes / 1e6
