@@ -25,6 +25,16 @@ class Warp:
         return self.temperature <= 0.0
 
 
+def check_sampling(temperature: float, top_p: float, top_k: int) -> None:
+    """Raise ValueError with a clear message for settings no sampler can honour."""
+    if not temperature >= 0.0:  # also refuses NaN
+        raise ValueError(f"temperature must be 0 (greedy) or more, not {temperature}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top-p must be above 0 and at most 1, not {top_p}")
+    if top_k < 0:
+        raise ValueError(f"top-k must be 0 (off) or more, not {top_k}")
+
+
 def warp_probs(logits: np.ndarray, warp: Warp) -> np.ndarray:
     """Temperature, then top-k, then top-p (nucleus) on one row of logits -> float64 probs."""
     z = logits.astype(np.float64) / warp.temperature

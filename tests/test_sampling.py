@@ -132,3 +132,19 @@ def test_nucleus_equals_a_full_stable_sort():
     expected = np.zeros_like(p)
     expected[keep] = p[keep]
     assert np.array_equal(warp_probs(logits, warp), expected / expected.sum())
+
+
+def test_check_sampling_refuses_what_no_sampler_can_honour() -> None:
+    from engine.sampling import check_sampling
+
+    check_sampling(0.0, 1.0, 0)
+    check_sampling(0.7, 0.9, 40)
+    for bad in (
+        (-1.0, 1.0, 0),
+        (float("nan"), 1.0, 0),
+        (0.7, 5.0, 0),
+        (0.7, 0.0, 0),
+        (0.7, 1.0, -1),
+    ):
+        with pytest.raises(ValueError, match="temperature|top-p|top-k"):
+            check_sampling(*bad)
