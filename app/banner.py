@@ -3,7 +3,12 @@ so the app stays usable and tests can read it."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton
+
+from app.storage import StorageError
 
 
 class Banner(QFrame):
@@ -31,3 +36,17 @@ class Banner(QFrame):
 
     def text(self) -> str:
         return "" if self.isHidden() else self.label.text()
+
+
+def guarded(method: Callable) -> Callable:
+    """Storage failures in a UI action become a message in `self.banner`, not a traceback."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except StorageError as exc:
+            self.banner.show_message(str(exc))
+            return None
+
+    return wrapper

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from app.settings import BACKENDS
 from engine.backends import DISPLAY, choose, probe
+from engine.catalog import default_target_id
 from engine.engine import hyflash_status as engine_hyflash_status
-from engine.models import default_target_id
 
 
 def hyflash_status(model_id: str | None) -> tuple[bool, str]:

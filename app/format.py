@@ -1,8 +1,9 @@
-"""Small text formatters shared by the chat view, the stats panel and exports."""
+"""Small text formatters shared by the chat view, the stats panel and exports.
+
+Byte counts use engine.units.format_size, the one rule for sizes in the engine and the app.
+"""
 
 from __future__ import annotations
-
-MIB = 2**20
 
 STOP_REASONS = {
     "eos": "",
@@ -12,14 +13,11 @@ STOP_REASONS = {
     "cancelled": "stopped",
 }
 
-
-def fmt_mb(n_bytes: float) -> str:
-    mb = n_bytes / MIB
-    if mb >= 100:
-        return f"{mb:.0f} MB"
-    if mb >= 0.1:
-        return f"{mb:.1f} MB"
-    return f"{mb:.3f} MB"
+# What to do when an answer failed because the chat outgrew the model's context.
+CONTEXT_HINT = (
+    "The conversation no longer fits the model's context. Start a new chat, edit the message "
+    "shorter, or raise the context length in Settings."
+)
 
 
 def fmt_ms(seconds: float) -> str:

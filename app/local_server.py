@@ -36,7 +36,8 @@ class LocalServerController(QObject):
         """Serve on 127.0.0.1:`port` (0: any free port). False (and a message) on failure."""
         if self.server is not None:
             return True
-        from engine.server.app import ServerConfig, create_app
+        from engine.server.app import create_app
+        from engine.server.config import ServerConfig
         from engine.server.http import LocalServer
         from engine.server.jobs import JobQueue
 

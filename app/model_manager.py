@@ -21,9 +21,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.format import fmt_mb
+from engine.catalog import CatalogEntry, load_catalog
 from engine.events import EngineError
-from engine.models import CatalogEntry, load_catalog, resolve_target
+from engine.models import resolve_target
+from engine.units import format_size
 
 PROGRESS_INTERVAL_S = 0.1
 
@@ -39,10 +40,6 @@ def is_available(entry: CatalogEntry) -> bool:
     except EngineError:
         return False
     return True
-
-
-def fmt_size(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else fmt_mb(n)
 
 
 class DownloadWorker(QObject):
@@ -163,7 +160,7 @@ class ModelManager(QDialog):
             ram.setToolTip("More than this computer's memory")
         ctx = QTableWidgetItem(f"{entry.context_length // 1024}K" if entry.context_length else "?")
         for c, item in enumerate(
-            (name, QTableWidgetItem(fmt_size(entry.size_bytes)), ram, ctx, row.status)
+            (name, QTableWidgetItem(format_size(entry.size_bytes)), ram, ctx, row.status)
         ):
             self.table.setItem(r, c, item)
         self.table.setCellWidget(r, 5, row.actions)
@@ -226,7 +223,7 @@ class ModelManager(QDialog):
         if model_id == self.current:
             return
         freed = delete_model(row.entry)
-        self.message.setText(f"Deleted {row.entry.name}: {fmt_size(freed)} freed.")
+        self.message.setText(f"Deleted {row.entry.name}: {format_size(freed)} freed.")
         self.refresh()
 
     def use(self, model_id: str) -> None:
@@ -240,9 +237,9 @@ class ModelManager(QDialog):
         row = self.rows[model_id]
         if total:
             row.progress.setValue(int(1000 * done / total))
-            row.status.setText(f"{fmt_size(done)} of {fmt_size(total)}")
+            row.status.setText(f"{format_size(done)} of {format_size(total)}")
         else:
-            row.status.setText(f"{fmt_size(done)}")
+            row.status.setText(f"{format_size(done)}")
 
     def _on_done(self, model_id: str, _path: str) -> None:
         row = self.rows[model_id]

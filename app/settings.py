@@ -13,19 +13,27 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from app.paths import config_dir, move_aside
-from engine.events import GenerationSettings
+from engine.backends import BACKEND_NAMES
+from engine.drafters import DRAFTER_CHOICES
+from engine.events import DEFAULT_N_CTX, GenerationSettings
+from engine.sampling import check_sampling
 
 SETTINGS_FILE = "settings.json"
 MAX_UI_BLOCK = 16  # the dialog offers auto, 1 (off) and 2..16
-DRAFTERS = ("hyflash", "ngram", "none")
+# The engine lists its drafters simplest first; the app offers the best first.
+DRAFTERS = tuple(reversed(DRAFTER_CHOICES))
 DRAFTER_LABELS = {"hyflash": "HyFlash (learned)", "ngram": "N-gram lookup", "none": "None"}
-BACKENDS = ("auto", "cpu", "cuda", "metal", "qnn")
+BACKENDS = BACKEND_NAMES
 THEMES = ("system", "light", "dark")
-# Changing one of these rebuilds the llama.cpp context, so the model is reloaded.
+# The engine takes any temperature >= 0; past 2 answers are noise, so the app stops there.
+MAX_TEMPERATURE = 2.0
+MIN_UI_TOP_P = 0.01  # the dialog's step; a settings file may hold any top-p in (0, 1]
 # llama.cpp's extra buffer types (auto = the kernel check decides) and how verified blocks are
 # split for exactness (engine.kernels).
 EXTRA_BUFTS = ("auto", "on", "off")
 VERIFY_MODES = ("auto", "exact", "fast")
+# Changing one of these rebuilds the llama.cpp context, so the model is reloaded. The names are
+# shared by AppSettings and app.worker.EngineConfig.
 RELOAD_FIELDS = ("model", "n_ctx", "n_threads", "backend", "extra_bufts", "verify_mode")
 
 
@@ -45,7 +53,7 @@ class AppSettings:
     temperature: float = 0.2
     top_p: float = 0.9
     max_tokens: int = 512
-    n_ctx: int = 4096
+    n_ctx: int = DEFAULT_N_CTX
     n_threads: int = 0  # 0 = auto_threads()
     backend: str = "auto"
     extra_bufts: str = "auto"
@@ -73,15 +81,31 @@ class AppSettings:
         return asdict(self)
 
 
-def _valid(name: str, value: object) -> bool:
-    """Whether `value` is acceptable for the field `name` (types and ranges)."""
+def _sampling_problem(name: str, value: float) -> str | None:
+    """The engine's own message when `value` for temperature or top_p is one no sampler can
+    honour (the other field at its default, so each is judged alone)."""
+    defaults = AppSettings()
+    temperature = value if name == "temperature" else defaults.temperature
+    top_p = value if name == "top_p" else defaults.top_p
+    try:
+        check_sampling(temperature, top_p, 0)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _problem(name: str, value: object) -> str | None:
+    """Why `value` is not acceptable for the field `name` (types and ranges), or None."""
     is_int = isinstance(value, int) and not isinstance(value, bool)
     is_num = is_int or isinstance(value, float)
+    if name in ("temperature", "top_p") and is_num:
+        why = _sampling_problem(name, value)
+        if why is None and name == "temperature" and value > MAX_TEMPERATURE:
+            why = f"temperature must be at most {MAX_TEMPERATURE}, not {value}"
+        return why
     checks = {
         "block_size": value == "auto" or (is_int and 1 <= value <= MAX_UI_BLOCK),
         "drafter": value in DRAFTERS,
-        "temperature": is_num and 0.0 <= value <= 2.0,
-        "top_p": is_num and 0.0 < value <= 1.0,
         "max_tokens": is_int and 1 <= value <= 32768,
         "n_ctx": is_int and 256 <= value <= 131072,
         "n_threads": is_int and 0 <= value <= 256,
@@ -96,22 +120,43 @@ def _valid(name: str, value: object) -> bool:
         "server_enabled": isinstance(value, bool),
         "server_port": is_int and 0 <= value <= 65535,
     }
-    return checks.get(name, False)
+    return None if checks.get(name, False) else f"{value!r} is not allowed"
 
 
-def settings_from_dict(data: dict) -> tuple[AppSettings, list[str]]:
-    """Settings from a dict; returns (settings, names of fields that had bad values)."""
-    defaults = AppSettings()
-    values, bad = {}, []
+def validate(data: dict) -> tuple[AppSettings, dict[str, str]]:
+    """Settings from a dict, each bad field at its default; returns (settings, field -> why)."""
+    values, problems = {}, {}
     for f in fields(AppSettings):
         if f.name not in data:
             continue
         value = data[f.name]
-        if _valid(f.name, value):
+        why = _problem(f.name, value)
+        if why is None:
             values[f.name] = float(value) if f.name in ("temperature", "top_p") else value
         else:
-            bad.append(f.name)
-    return replace(defaults, **values), bad
+            problems[f.name] = why
+    return replace(AppSettings(), **values), problems
+
+
+def settings_from_dict(data: dict) -> tuple[AppSettings, list[str]]:
+    """Settings from a dict; returns (settings, names of fields that had bad values)."""
+    settings, problems = validate(data)
+    return settings, list(problems)
+
+
+def reset_message(problems: dict[str, str]) -> str | None:
+    """What to tell the user about fields that were reset to their defaults."""
+    if not problems:
+        return None
+    details = "; ".join(f"{name}: {why}" for name, why in problems.items())
+    return f"Some settings had invalid values and were reset to their defaults ({details})."
+
+
+def checked(settings: AppSettings) -> tuple[AppSettings, str | None]:
+    """`settings` with every bad field back at its default (the others kept), and a message
+    for the user when any was; for settings applied at run time, as load() does for the file."""
+    fixed, problems = validate(asdict(settings))
+    return fixed, reset_message(problems)
 
 
 def needs_reload(old: AppSettings, new: AppSettings) -> list[str]:
@@ -140,10 +185,8 @@ class SettingsStore:
                 f"The settings file was damaged ({type(exc).__name__}: {exc}). {where} "
                 "and the default settings are used."
             )
-        settings, bad = settings_from_dict(data)
-        if bad:
-            return settings, f"Some settings had invalid values and were reset: {', '.join(bad)}."
-        return settings, None
+        settings, problems = validate(data)
+        return settings, reset_message(problems)
 
     def save(self, settings: AppSettings) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QSpinBox,
     QVBoxLayout,
+    QWidget,
 )
 
 from app.settings import (
@@ -25,15 +26,18 @@ from app.settings import (
     DRAFTER_LABELS,
     DRAFTERS,
     EXTRA_BUFTS,
+    MAX_TEMPERATURE,
     MAX_UI_BLOCK,
+    MIN_UI_TOP_P,
     THEMES,
     VERIFY_MODES,
     AppSettings,
     auto_threads,
     needs_reload,
 )
+from engine.backends import DISPLAY as BACKEND_DISPLAY
 
-BACKEND_LABELS = {"auto": "Auto", "cpu": "CPU", "cuda": "CUDA", "metal": "Metal", "qnn": "QNN"}
+BACKEND_LABELS = {"auto": "Auto", **BACKEND_DISPLAY}
 RELOAD_LABELS = {
     "n_ctx": "context length",
     "n_threads": "CPU threads",
@@ -57,6 +61,21 @@ def _combo(items: list[tuple[str, object]]) -> QComboBox:
     return combo
 
 
+def _spin(low: int, high: int, step: int) -> QSpinBox:
+    spin = QSpinBox()
+    spin.setRange(low, high)
+    spin.setSingleStep(step)
+    return spin
+
+
+def _double_spin(low: float, high: float, step: float) -> QDoubleSpinBox:
+    spin = QDoubleSpinBox()
+    spin.setDecimals(2)  # before the range: Qt rounds the range to the decimals
+    spin.setRange(low, high)
+    spin.setSingleStep(step)
+    return spin
+
+
 def _select(combo: QComboBox, value: object) -> None:
     index = combo.findData(value)
     combo.setCurrentIndex(max(index, 0))
@@ -76,7 +95,7 @@ class SettingsDialog(QDialog):
         settings: AppSettings,
         hyflash: tuple[bool, str],
         backends: dict[str, tuple[bool, str]],
-        parent=None,
+        parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Settings")
@@ -84,7 +103,23 @@ class SettingsDialog(QDialog):
         self.original = settings
         col = QVBoxLayout(self)
         col.setSpacing(10)
+        col.addWidget(self._answers_group(hyflash))
+        col.addWidget(self._runtime_group(backends))
+        col.addWidget(self._appearance_group())
+        self.reload_note = QLabel()
+        self.reload_note.setObjectName("Muted")
+        self.reload_note.setWordWrap(True)
+        col.addWidget(self.reload_note)
+        col.addWidget(self._buttons())
 
+        self._load(settings)
+        for w in (self.n_ctx, self.threads):
+            w.valueChanged.connect(self._update_note)
+        for combo in (self.backend, self.extra_bufts, self.verify_mode):
+            combo.currentIndexChanged.connect(self._update_note)
+        self._update_note()
+
+    def _answers_group(self, hyflash: tuple[bool, str]) -> QGroupBox:
         gen = QGroupBox("Answers (apply to the next answer)")
         form = QFormLayout(gen)
         self.block = _combo(
@@ -93,41 +128,32 @@ class SettingsDialog(QDialog):
         )
         self.block.setToolTip("Tokens the model verifies per step: drafts + 1")
         form.addRow("Draft block size", self.block)
-        self.drafter = _combo([(DRAFTER_LABELS[d], d) for d in DRAFTERS])
+        self.drafter = _combo([(DRAFTER_LABELS.get(d, d), d) for d in DRAFTERS])
         ok, why = hyflash
         if not ok:
             _disable_item(self.drafter, DRAFTERS.index("hyflash"), why)
             self.drafter.setItemText(DRAFTERS.index("hyflash"), "HyFlash (not installed)")
         self.drafter.setToolTip("Switching drafters does not reload the model")
         form.addRow("Drafter", self.drafter)
-        self.temperature = QDoubleSpinBox()
-        self.temperature.setRange(0.0, 2.0)
-        self.temperature.setSingleStep(0.1)
-        self.temperature.setDecimals(2)
+        # The ranges keep every value engine.sampling.check_sampling accepts, and only those.
+        self.temperature = _double_spin(0.0, MAX_TEMPERATURE, 0.1)
         self.temperature.setToolTip("0 = greedy (always the most likely token)")
         form.addRow("Temperature", self.temperature)
-        self.top_p = QDoubleSpinBox()
-        self.top_p.setRange(0.01, 1.0)
-        self.top_p.setSingleStep(0.05)
-        self.top_p.setDecimals(2)
+        self.top_p = _double_spin(MIN_UI_TOP_P, 1.0, 0.05)
         form.addRow("Top-p", self.top_p)
-        self.max_tokens = QSpinBox()
-        self.max_tokens.setRange(1, 32768)
-        self.max_tokens.setSingleStep(64)
+        self.max_tokens = _spin(1, 32768, 64)
         form.addRow("Max tokens per answer", self.max_tokens)
-        col.addWidget(gen)
+        return gen
 
+    def _runtime_group(self, backends: dict[str, tuple[bool, str]]) -> QGroupBox:
         runtime = QGroupBox("Model runtime (changes reload the model)")
         form = QFormLayout(runtime)
-        self.n_ctx = QSpinBox()
-        self.n_ctx.setRange(256, 131072)
-        self.n_ctx.setSingleStep(1024)
+        self.n_ctx = _spin(256, 131072, 1024)
         form.addRow("Context length (tokens)", self.n_ctx)
-        self.threads = QSpinBox()
-        self.threads.setRange(0, 256)
+        self.threads = _spin(0, 256, 1)
         self.threads.setSpecialValueText(f"Auto ({auto_threads()})")
         form.addRow("CPU threads", self.threads)
-        self.backend = _combo([(BACKEND_LABELS[b], b) for b in BACKENDS])
+        self.backend = _combo([(BACKEND_LABELS.get(b, b), b) for b in BACKENDS])
         for i, name in enumerate(BACKENDS):
             available, reason = backends.get(name, (name in ("auto", "cpu"), ""))
             if available:
@@ -147,38 +173,28 @@ class SettingsDialog(QDialog):
             "verifies drafts in chunks whose results equal plain decoding bit for bit."
         )
         form.addRow("Verify mode", self.verify_mode)
-        col.addWidget(runtime)
+        return runtime
 
+    def _appearance_group(self) -> QGroupBox:
         look = QGroupBox("Appearance")
         form = QFormLayout(look)
         self.theme = _combo([(t.capitalize(), t) for t in THEMES])
         form.addRow("Theme", self.theme)
-        self.font_size = QSpinBox()
-        self.font_size.setRange(7, 24)
+        self.font_size = _spin(7, 24, 1)
         self.font_size.setSuffix(" pt")
         form.addRow("Font size", self.font_size)
         self.tint = QCheckBox("Tint accepted draft tokens in answers")
         form.addRow("", self.tint)
-        col.addWidget(look)
+        return look
 
-        self.reload_note = QLabel()
-        self.reload_note.setObjectName("Muted")
-        self.reload_note.setWordWrap(True)
-        col.addWidget(self.reload_note)
+    def _buttons(self) -> QDialogButtonBox:
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
         )
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         self.ok_button = buttons.button(QDialogButtonBox.StandardButton.Ok)
-        col.addWidget(buttons)
-
-        self._load(settings)
-        for w in (self.n_ctx, self.threads):
-            w.valueChanged.connect(self._update_note)
-        for combo in (self.backend, self.extra_bufts, self.verify_mode):
-            combo.currentIndexChanged.connect(self._update_note)
-        self._update_note()
+        return buttons
 
     def _load(self, s: AppSettings) -> None:
         _select(self.block, s.block_size)

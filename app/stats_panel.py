@@ -23,8 +23,9 @@ from PySide6.QtWidgets import (
 )
 
 from app import theme
-from app.format import fmt_mb, fmt_ms
+from app.format import fmt_ms
 from engine.events import StepStats
+from engine.units import format_size
 
 MAX_PLOT_STEPS = 400  # keep the last N steps on the tau plot
 
@@ -199,7 +200,7 @@ class MemoryBar(QWidget):
         layout.addWidget(self.bar)
 
     def set(self, used: int, budget: int, suffix: str = "") -> None:
-        self.value.setText(f"{fmt_mb(used)} / {fmt_mb(budget)}{suffix}")
+        self.value.setText(f"{format_size(used)} / {format_size(budget)}{suffix}")
         self.bar.setValue(int(1000 * min(used / budget, 1.0)) if budget else 0)
         # a sliver stays visible for tiny but non-zero use (the n-gram drafter's few KB)
         if used and self.bar.value() == 0:

@@ -1,4 +1,5 @@
-"""Conversations and messages in SQLite (WAL) under the user data dir.
+"""Conversations and messages in SQLite (WAL) under the user data dir, and the format of the
+stats record stored with each answer.
 
 Every write commits at once (autocommit), so a finished or stopped answer is on disk the
 moment it is saved. A database that cannot be opened or fails its integrity check is moved
@@ -12,12 +13,19 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from app.markdown import Run
 from app.paths import data_dir, move_aside
+
+if TYPE_CHECKING:
+    from engine.engine import EngineInfo
+    from engine.events import Finished
 
 DB_FILE = "chats.sqlite3"
 SCHEMA_VERSION = 1
 DEFAULT_TITLE = "New chat"
+TITLE_CHARS = 48  # a new chat is named after the start of its first message
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -218,6 +226,23 @@ class Storage:
             "DELETE FROM messages WHERE conversation_id = ? AND id > ?", (conv_id, message_id)
         )
 
+    def add_user_message(self, conv_id: int, text: str, replaces: int | None = None) -> str | None:
+        """Save `text` as the next user message of chat `conv_id`, or as the new text of the
+        message `replaces` with everything after it dropped (edit and resend). A chat still
+        called DEFAULT_TITLE is named after the message: returns that title, else None."""
+        conv = self.conversation(conv_id)
+        if replaces is not None:
+            self.update_message(replaces, text)
+            self.delete_messages_after(conv_id, replaces)
+        else:
+            self.add_message(conv_id, "user", text)
+        if conv is None or conv.title != DEFAULT_TITLE:
+            return None
+        first = text.splitlines()[0]
+        title = first[:TITLE_CHARS] + ("…" if len(first) > TITLE_CHARS else "")
+        self.rename_conversation(conv_id, title)
+        return title
+
 
 def _stats(raw: str | None) -> dict | None:
     if not raw:
@@ -227,3 +252,54 @@ def _stats(raw: str | None) -> dict | None:
     except ValueError:
         return None  # a mangled stats blob must not hide the message itself
     return value if isinstance(value, dict) else None
+
+
+# ----- the stats record stored with an answer -----------------------------------------------
+
+
+def answer_record(
+    fin: Finished,
+    steps: list[tuple[int, int]],
+    runs: list[Run],
+    info: EngineInfo | None,
+) -> dict:
+    """The stats JSON stored with an answer: totals, the last StepStats, per-step tau and
+    block size (for the plot), and which text came from accepted drafts (for the tint)."""
+    step = fin.stats.to_dict() if fin.stats else None
+    return {
+        "stop_reason": fin.stop_reason,
+        "tokens": len(fin.token_ids),
+        "tokens_per_s": step["tokens_per_s"] if step else 0.0,
+        "tau_mean": step["tau_mean"] if step else 0.0,
+        "ttft_s": step["ttft_s"] if step else 0.0,
+        "elapsed_s": fin.elapsed_s,
+        "prompt_tokens": fin.prompt_tokens,
+        "model": info.model_id if info else None,
+        "drafter": info.drafter if info else None,
+        "backend": info.backend if info else None,
+        "tau_steps": [committed for committed, _block in steps],
+        "block_steps": [block for _committed, block in steps],
+        # runs that do not spell the final text would tint the wrong characters: keep none
+        "runs": compact_runs(runs) if "".join(t for t, _ in runs) == fin.text else None,
+        "step": step,
+    }
+
+
+def compact_runs(runs: list[Run]) -> list[list[int]]:
+    """Runs as [length, drafted] pairs: the text itself is already stored in the message."""
+    return [[len(text), int(drafted)] for text, drafted in runs if text]
+
+
+def expand_runs(text: str, compact: list | None) -> list[Run] | None:
+    """The runs of `text` back from compact_runs, or None when they do not fit it."""
+    if not compact:
+        return None
+    runs, pos = [], 0
+    for item in compact:
+        try:
+            n, drafted = int(item[0]), bool(item[1])
+        except (TypeError, ValueError, IndexError):
+            return None
+        runs.append((text[pos : pos + n], drafted))
+        pos += n
+    return runs if pos == len(text) else None

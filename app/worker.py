@@ -23,6 +23,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.markdown import Run, merge_runs
 from engine.events import (
+    DEFAULT_N_CTX,
     DrafterMismatchError,
     EngineError,
     ErrorEvent,
@@ -40,7 +41,7 @@ _request_ids = itertools.count(1)
 class EngineConfig:
     model: str | None = None
     drafter: str = "ngram"
-    n_ctx: int = 4096
+    n_ctx: int = DEFAULT_N_CTX
     n_threads: int | None = None
     backend: str = "auto"
     extra_bufts: bool | None = None  # None: the kernel check decides
@@ -232,9 +233,6 @@ class EngineWorker(QObject):
         if self.engine is not None:
             self.engine.close()
             self.engine = None
-
-    def info(self):
-        return self.engine.info() if self.engine is not None else None
 
 
 class EngineHost(QObject):

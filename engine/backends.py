@@ -15,7 +15,6 @@ import importlib
 import logging
 import os
 import platform
-import re
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
@@ -716,8 +715,3 @@ def describe(p: Probe) -> list[tuple[str, str]]:
         )
         rows.append(("GPU", f"{gpu.name} [{gpu.backend}], {mem}"))
     return rows
-
-
-def system_info_flags(system_info: str) -> dict[str, bool]:
-    """Parse llama.cpp's 'CPU : AVX2 = 1 | ...' line into {"AVX2": True, ...}."""
-    return {k: v == "1" for k, v in re.findall(r"([A-Z0-9_]+) = ([01])", system_info)}

@@ -25,6 +25,7 @@ EXPLORE_EVERY = 32  # steps between drafter calls even when drafting does not se
 # repeated, quoted or edited text one full match predicts the next far better than the
 # average of its kind, and on novel text such runs are rare, so the split costs little there.
 RUN_SUFFIX = "|run"
+SAVING_REFRESH = 16  # cost-model updates before the expected saving per call is recomputed
 
 
 class CostModel:
@@ -35,19 +36,25 @@ class CostModel:
             raise ValueError("the cost model needs T(1)")
         self.measured = dict(measured)
         self.ema = ema
-        self._rebuild()
+        self._table: np.ndarray | None = None
+        self.version = 0  # bumped by every observation, so users can tell the table moved
 
-    def _rebuild(self) -> None:
-        sizes = sorted(self.measured)
-        xs = np.arange(1, MAX_BLOCK_SIZE + 1)
-        times = np.interp(xs, sizes, [self.measured[s] for s in sizes])
-        if sizes[-1] < MAX_BLOCK_SIZE and len(sizes) > 1:
-            # beyond the last measured size, extend with the slope of the last segment
-            s0, s1 = sizes[-2], sizes[-1]
-            slope = (self.measured[s1] - self.measured[s0]) / (s1 - s0)
-            beyond = xs > s1
-            times[beyond] = self.measured[s1] + slope * (xs[beyond] - s1)
-        self.table = np.maximum.accumulate(times)  # a longer batch never costs less
+    @property
+    def table(self) -> np.ndarray:
+        """T(1..MAX_BLOCK_SIZE); rebuilt when read after an observation (a verify every step
+        observes, the table is read only when drafting is considered)."""
+        if self._table is None:
+            sizes = sorted(self.measured)
+            xs = np.arange(1, MAX_BLOCK_SIZE + 1)
+            times = np.interp(xs, sizes, [self.measured[s] for s in sizes])
+            if sizes[-1] < MAX_BLOCK_SIZE and len(sizes) > 1:
+                # beyond the last measured size, extend with the slope of the last segment
+                s0, s1 = sizes[-2], sizes[-1]
+                slope = (self.measured[s1] - self.measured[s0]) / (s1 - s0)
+                beyond = xs > s1
+                times[beyond] = self.measured[s1] + slope * (xs[beyond] - s1)
+            self._table = np.maximum.accumulate(times)  # a longer batch never costs less
+        return self._table
 
     def __call__(self, n: int) -> float:
         return float(self.table[n - 1])
@@ -57,7 +64,8 @@ class CostModel:
             return  # a fixed model (e.g. another machine's curve, simulated)
         old = self.measured.get(n)
         self.measured[n] = seconds if old is None else (1 - self.ema) * old + self.ema * seconds
-        self._rebuild()
+        self._table = None
+        self.version += 1
 
     def ratios(self) -> dict[int, float]:
         return {n: self(n) / self(1) for n in range(1, MAX_BLOCK_SIZE + 1)}
@@ -121,21 +129,63 @@ class AcceptanceEstimator:
         s.accepted[: min(n_matched, self.max_slots)] += 1
 
 
+class FixedBlock:
+    """A fixed block size: verify every draft token the drafter offers, learn nothing. The
+    loop talks to it as it talks to BlockSizeChooser."""
+
+    def __init__(self, size: int) -> None:
+        self.max_block = size
+
+    def start(self) -> None:
+        pass
+
+    def worth_drafting(self) -> bool:
+        return True
+
+    def choose_drafts(self, kind: str, tokens: np.ndarray) -> int:
+        return len(tokens)
+
+    def observe_draft_time(self, seconds: float) -> None:
+        pass
+
+    def observe_verify(self, n_rows: int, seconds: float) -> None:
+        pass
+
+    def committed(self, tokens: Sequence[int]) -> None:
+        pass
+
+
 class BlockSizeChooser:
     def __init__(self, cost: CostModel, max_block: int = 16) -> None:
         self.cost = cost
         self.max_block = max_block
         self.estimator = AcceptanceEstimator()
+        self._stream: list[int] = []  # tokens committed in this generation
         self._pending: list[_Pending] = []
         self._bucket_counts: dict[str, float] = {}  # how often each kind of proposal comes
         self._steps_since_draft = 0
         self.draft_seconds = 0.0  # EMA of the drafter's call time
         self._run = False  # local evidence: the last proposal resolved was taken whole
+        self._saving: float | None = None  # cached expected saving per drafter call
+        self._saving_cost = 0  # the cost model's version it was computed with
+
+    def start(self) -> None:
+        """A new generation: what was learnt stays; proposals of the last one are dropped."""
+        self._stream = []
+        self._pending = []
+        self._run = False
 
     def bucket(self, kind: str) -> str:
         """The statistics key of a proposal of this kind (the drafter's bucket), split by
         whether the last proposal resolved matched in full."""
         return kind + RUN_SUFFIX if self._run else kind
+
+    def choose_drafts(self, kind: str, tokens: np.ndarray) -> int:
+        """How many of a proposal's tokens to verify; the proposal is remembered and judged
+        against the tokens the target commits (the shadow estimate)."""
+        bucket = self.bucket(kind)
+        self.propose_made(bucket, tokens, len(self._stream))
+        return self.choose(bucket, len(tokens))
 
     def expected_tokens(self, bucket: str, k: int) -> float:
         c = self.estimator.rates(bucket)[:k]
@@ -161,17 +211,28 @@ class BlockSizeChooser:
         self._steps_since_draft += 1
         if self._run or self.draft_seconds <= 0.0 or self._steps_since_draft >= EXPLORE_EVERY:
             return True  # after a full match the next proposal is worth a look
-        total = sum(self._bucket_counts.values())
-        n = self.max_block - 1
-        t1 = self.cost(1)
-        saving = 0.0
-        for bucket, count in self._bucket_counts.items():
-            if not bucket:
-                continue  # empty proposals save nothing
-            expected = 1.0 + np.cumsum(np.cumprod(self.estimator.rates(bucket)[:n]))
-            gains = expected * t1 - self.cost.table[1 : n + 1]
-            saving += count / total * max(0.0, float(gains.max()))
-        return saving > self.draft_seconds
+        return self._expected_saving() > self.draft_seconds
+
+    def _expected_saving(self) -> float:
+        """Kept until a proposal is made or resolved, or the cost model has moved for
+        SAVING_REFRESH steps: this runs every step, the numbers behind it move rarely."""
+        if self._saving is None or self.cost.version - self._saving_cost >= SAVING_REFRESH:
+            self._saving_cost = self.cost.version
+            buckets = [b for b in self._bucket_counts if b]  # empty proposals save nothing
+            if not buckets:
+                self._saving = 0.0
+                return 0.0
+            n = self.max_block - 1
+            counts = np.array([self._bucket_counts[b] for b in buckets])
+            rates = np.stack([self.estimator.rates(b)[:n] for b in buckets])
+            expected = 1.0 + np.cumsum(np.cumprod(rates, axis=1), axis=1)  # E(1..n)
+            gains = expected * self.cost(1) - self.cost.table[1 : n + 1]
+            mix = counts / sum(self._bucket_counts.values())
+            self._saving = float(mix @ np.maximum(gains.max(axis=1), 0.0))
+        return self._saving
+
+    def observe_verify(self, n_rows: int, seconds: float) -> None:
+        self.cost.observe(n_rows, seconds)
 
     def observe_draft_time(self, seconds: float) -> None:
         self.draft_seconds = (
@@ -180,6 +241,7 @@ class BlockSizeChooser:
 
     def propose_made(self, bucket: str, tokens: Sequence[int], start: int) -> None:
         self._steps_since_draft = 0
+        self._saving = None
         for key in self._bucket_counts:
             self._bucket_counts[key] *= self.estimator.decay
         key = bucket if len(tokens) else ""
@@ -187,8 +249,10 @@ class BlockSizeChooser:
         if len(tokens):
             self._pending.append(_Pending(bucket, [int(t) for t in tokens], start))
 
-    def committed(self, stream: Sequence[int]) -> None:
-        """Resolve pending proposals against the committed token stream."""
+    def committed(self, tokens: Sequence[int]) -> None:
+        """Resolve pending proposals against the tokens the target committed."""
+        self._stream.extend(tokens)
+        stream = self._stream
         still = []
         for p in self._pending:
             available = len(stream) - p.start
@@ -200,6 +264,7 @@ class BlockSizeChooser:
                 matched += 1
             if matched == len(p.tokens) or matched < available:
                 self.estimator.record(p.bucket, matched, len(p.tokens))
+                self._saving = None
                 self._run = matched == len(p.tokens) >= 2
             else:
                 still.append(p)

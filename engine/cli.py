@@ -1,4 +1,5 @@
-"""`hyflash` command line: generate, chat, bench (and more subcommands as they land)."""
+"""`hyflash` command line: generate and chat here; serve, the benchmarks, download, doctor and
+the drafter's data and training commands come from their own modules."""
 
 from __future__ import annotations
 
@@ -7,76 +8,13 @@ import json
 import sys
 import threading
 
-from engine.events import (
-    EngineError,
-    ErrorEvent,
-    Finished,
-    GenerationSettings,
-    StepStats,
-    TextDelta,
+from engine.engine_args import (
+    add_engine_args,
+    add_sampling_args,
+    generation_settings,
+    load_engine,
 )
-from engine.kernels import add_kernel_args, kernel_kwargs
-
-
-def _block_size(value: str) -> int | str:
-    return "auto" if value == "auto" else int(value)
-
-
-def _add_engine_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--model", default=None, help="catalog id or path to a .gguf (default: embedded)"
-    )
-    p.add_argument(
-        "--drafter",
-        default=None,
-        help="none | ngram | hyflash | PATH (default: hyflash where one is shipped for the "
-        "model, else ngram)",
-    )
-    p.add_argument("--n-ctx", type=int, default=4096, help="context length in tokens")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
-    add_kernel_args(p)
-
-
-def _add_sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--block-size", type=_block_size, default="auto", help="N (1..32) or auto")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--max-tokens", type=int, default=512)
-    p.add_argument("--seed", type=int, default=None)
-
-
-def _settings(args: argparse.Namespace) -> GenerationSettings:
-    return GenerationSettings(
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        seed=args.seed,
-        block_size=args.block_size,
-    )
-
-
-def _load_engine(args: argparse.Namespace):
-    from engine.engine import Engine
-    from engine.events import DrafterMismatchError
-
-    def load(drafter: str):
-        return Engine(
-            args.model,
-            drafter=drafter,
-            n_ctx=args.n_ctx,
-            n_threads=args.threads,
-            **kernel_kwargs(args),
-        )
-
-    if args.drafter is not None:
-        return load(args.drafter)
-    try:
-        return load("hyflash")
-    except DrafterMismatchError as exc:
-        print(f"note: {exc} Using the n-gram drafter.", file=sys.stderr)
-        return load("ngram")
+from engine.events import EngineError, ErrorEvent, Finished, StepStats, TextDelta
 
 
 def stats_line(s: StepStats) -> str:
@@ -91,11 +29,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if not args.prompt.strip():
         print("error: the prompt is empty", file=sys.stderr)
         return 2
-    engine = _load_engine(args)
+    settings = generation_settings(args)
+    engine = load_engine(args)
     finished: Finished | None = None
-    for event in engine.generate(
-        args.prompt, raw=args.raw, system=args.system, settings=_settings(args)
-    ):
+    for event in engine.generate(args.prompt, raw=args.raw, system=args.system, settings=settings):
         if isinstance(event, TextDelta) and not args.json:
             sys.stdout.write(event.text)
             sys.stdout.flush()
@@ -126,7 +63,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    engine = _load_engine(args)
+    settings = generation_settings(args)
+    engine = load_engine(args)
     info = engine.info()
     print(f"HyFlash chat — {info.model_id}, drafter {info.drafter}. Empty line or Ctrl-D quits.")
     messages: list[dict] = []
@@ -144,7 +82,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         cancel = threading.Event()
         answer = ""
         try:
-            for event in engine.generate(messages, settings=_settings(args), cancel=cancel):
+            for event in engine.generate(messages, settings=settings, cancel=cancel):
                 if isinstance(event, TextDelta):
                     sys.stdout.write(event.text)
                     sys.stdout.flush()
@@ -173,14 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--raw", action="store_true", help="no chat template: plain completion")
     gen.add_argument("--system", default=None)
     gen.add_argument("--json", action="store_true", help="print one JSON object")
-    _add_engine_args(gen)
-    _add_sampling_args(gen)
+    add_engine_args(gen)
+    add_sampling_args(gen)
     gen.set_defaults(func=cmd_generate)
 
     chat = sub.add_parser("chat", help="interactive terminal chat")
     chat.add_argument("--system", default=None)
-    _add_engine_args(chat)
-    _add_sampling_args(chat)
+    add_engine_args(chat)
+    add_sampling_args(chat)
     chat.set_defaults(func=cmd_chat)
 
     from engine.bench.acceptance import add_acceptance_parser

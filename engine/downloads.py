@@ -28,17 +28,22 @@ import logging
 import os
 import re
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import urlsplit
 
+from engine.catalog import CatalogEntry, load_catalog
 from engine.events import ModelLoadError
-from engine.models import CatalogEntry
+from engine.units import format_size
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfFileMetadata
 
 log = logging.getLogger(__name__)
 
@@ -170,10 +175,6 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def _fmt_size(n: float) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e7 else f"{n / 1e6:.1f} MB"
-
-
 def _offline() -> bool:
     # Read the env on every call: huggingface_hub reads HF_HUB_OFFLINE only at import.
     from huggingface_hub import constants
@@ -207,7 +208,7 @@ def cached_model_path(entry: CatalogEntry) -> Path:
     p = _paths(src)
     if _installed(src, p):
         return p.final
-    size = f" ({_fmt_size(entry.size_bytes)})" if entry.size_bytes else ""
+    size = f" ({format_size(entry.size_bytes)})" if entry.size_bytes else ""
     partial = " A partial download exists and will resume." if p.part.exists() else ""
     raise ModelLoadError(
         f"{entry.name} is not downloaded yet{size}.{partial} "
@@ -271,8 +272,8 @@ def _check_space(where: Path, need: int, what: str) -> None:
     free = shutil.disk_usage(_existing_ancestor(where)).free
     if free < need:
         raise DiskFullError(
-            f"Not enough disk space to download {what}: need {_fmt_size(need)}, "
-            f"have {_fmt_size(free)} free in {where}."
+            f"Not enough disk space to download {what}: need {format_size(need)}, "
+            f"have {format_size(free)} free in {where}."
         )
 
 
@@ -361,12 +362,33 @@ def _disk_full(entry: CatalogEntry, p: _Paths) -> DiskFullError:
     kept = p.part.stat().st_size if p.part.exists() else 0
     free = shutil.disk_usage(_existing_ancestor(p.final.parent)).free
     need = max(entry.size_bytes - kept, 0)
-    need_txt = f"need {_fmt_size(need)} more, " if entry.size_bytes else ""
+    need_txt = f"need {format_size(need)} more, " if entry.size_bytes else ""
     return DiskFullError(
-        f"The disk filled up while downloading {entry.name}: {need_txt}have {_fmt_size(free)} "
-        f"free. The {_fmt_size(kept)} downloaded so far are kept in {p.part} and the download "
+        f"The disk filled up while downloading {entry.name}: {need_txt}have {format_size(free)} "
+        f"free. The {format_size(kept)} downloaded so far are kept in {p.part} and the download "
         "resumes from there once space is freed (or delete the model to discard them)."
     )
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One download call's fixed inputs, handed down its steps together."""
+
+    entry: CatalogEntry
+    src: HubSource
+    p: _Paths
+    endpoint: str
+    progress: Progress | None
+    cancel: threading.Event | None
+
+
+@dataclass
+class _Received:
+    """The partial file's byte count and running sha256: shared with the transfer loop so
+    both stay current when a read fails midway."""
+
+    done: int
+    sha: hashlib._Hash
 
 
 def _download_locked(
@@ -376,10 +398,34 @@ def _download_locked(
     progress: Progress | None,
     cancel: threading.Event | None,
 ) -> Path:
+    from huggingface_hub import constants
+
+    endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+    job = _Job(entry, src, p, endpoint, progress, cancel)
+    meta, url, headers = _remote_file(job)
+    total = meta.size or None
+    expected_sha = _expected_sha(src, meta.etag)
+    # Whatever sits at the final path is stale (or being forced out): drop it, manifest first,
+    # so no crash from here on can pair the new manifest with the old file.
+    p.manifest.unlink(missing_ok=True)
+    p.final.unlink(missing_ok=True)
+    resume = _prepare_partial(job, meta, total)
+
+    get_url = meta.location or url
+    if urlsplit(get_url)[:2] != urlsplit(url)[:2]:
+        headers.pop("authorization", None)  # a signed CDN URL must not receive the Hub token
+    done, sha = _transfer(job, get_url, headers, resume, total)
+    _install(job, meta, done, total, sha, expected_sha)
+    return p.final
+
+
+def _remote_file(job: _Job) -> tuple[HfFileMetadata, str, dict[str, str]]:
+    """The Hub's metadata of the file (commit, ETag, size, CDN location), its URL and the
+    request headers."""
     from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
     from huggingface_hub.utils import build_hf_headers
 
-    endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+    src, endpoint = job.src, job.endpoint
     url = hf_hub_url(src.repo, src.file, revision=src.revision, endpoint=endpoint)
     headers = build_hf_headers(library_name="hyflash-chat")
     try:
@@ -390,9 +436,12 @@ def _download_locked(
         raise _hub_error(exc, src, endpoint) from exc
     if not meta.etag or not meta.commit_hash:
         raise DownloadError(f"{endpoint} does not look like a Hugging Face Hub (no ETag/commit).")
+    return meta, url, headers
 
-    total = meta.size or None
-    hub_sha = meta.etag.lower() if _SHA256.match(meta.etag.lower()) else None
+
+def _expected_sha(src: HubSource, etag: str) -> str | None:
+    """The sha256 the download must have: the catalog's, else the Hub's LFS ETag."""
+    hub_sha = etag.lower() if _SHA256.match(etag.lower()) else None
     if src.sha256 and hub_sha and hub_sha != src.sha256:
         # The Hub already tells us the content differs: don't download gigabytes to learn it.
         raise ChecksumError(
@@ -400,30 +449,35 @@ def _download_locked(
             f"but the catalog expects {src.sha256}. Nothing was downloaded; the catalog entry "
             "needs updating."
         )
-    expected_sha = src.sha256 or hub_sha
-    # Whatever sits at the final path is stale (or being forced out): drop it, manifest first,
-    # so no crash from here on can pair the new manifest with the old file.
-    p.manifest.unlink(missing_ok=True)
-    p.final.unlink(missing_ok=True)
+    return src.sha256 or hub_sha
 
-    # Keep a partial only if it belongs to this exact remote version.
+
+def _prepare_partial(job: _Job, meta: HfFileMetadata, total: int | None) -> int:
+    """Keep a partial download only if it belongs to this exact remote version; check the
+    disk space for the rest. Returns the bytes kept."""
+    p, entry = job.p, job.entry
     part_meta = _read_json(p.part_meta) or {}
     resume = p.part.stat().st_size if p.part.exists() else 0
     if resume and (part_meta.get("etag") != meta.etag or (total is not None and resume > total)):
-        log.info("discarding a partial download of another version of %s", src.file)
+        log.info("discarding a partial download of another version of %s", job.src.file)
         p.part.unlink()
         resume = 0
     if total or entry.size_bytes:
         _check_space(p.final.parent, (total or entry.size_bytes) - resume, entry.name)
     _write_json(p.part_meta, {"etag": meta.etag, "commit": meta.commit_hash, "size": total})
+    return resume
 
-    get_url = meta.location or url
-    if urlsplit(get_url)[:2] != urlsplit(url)[:2]:
-        headers.pop("authorization", None)  # a signed CDN URL must not receive the Hub token
-    done, sha = _transfer(
-        get_url, headers, p.part, resume, total, progress, cancel, entry, src, endpoint
-    )
 
+def _install(
+    job: _Job,
+    meta: HfFileMetadata,
+    done: int,
+    total: int | None,
+    sha: str,
+    expected_sha: str | None,
+) -> None:
+    """Check the finished partial file, then move it into place after its manifest."""
+    p, entry, src = job.p, job.entry, job.src
     if total is not None and done != total:
         raise DownloadError(
             f"Download of {entry.name} ended early ({done} of {total} bytes). Run it again to "
@@ -454,7 +508,6 @@ def _download_locked(
     )
     os.replace(p.part, p.final)
     p.part_meta.unlink(missing_ok=True)
-    return p.final
 
 
 def _hash_prefix(path: Path, size: int) -> hashlib._Hash:
@@ -471,97 +524,94 @@ def _hash_prefix(path: Path, size: int) -> hashlib._Hash:
 
 
 def _transfer(
-    url: str,
-    headers: dict[str, str],
-    part: Path,
-    resume: int,
-    total: int | None,
-    progress: Progress | None,
-    cancel: threading.Event | None,
-    entry: CatalogEntry,
-    src: HubSource,
-    endpoint: str,
+    job: _Job, url: str, headers: dict[str, str], resume: int, total: int | None
 ) -> tuple[int, str]:
-    """Stream `url` into `part` from byte `resume`; returns (bytes on disk, sha256 hex).
+    """Stream `url` into the partial file from byte `resume`; returns (bytes on disk, sha256
+    hex).
 
     Dropped connections are retried in place with a Range request, at most MAX_ATTEMPTS
     requests per call and MAX_STALLED in a row that brought no bytes."""
     import httpx2
-    from huggingface_hub import constants
     from huggingface_hub import errors as hf_errors
-    from huggingface_hub.utils import get_session, hf_raise_for_status
 
-    done = resume
-    sha = _hash_prefix(part, resume) if resume else hashlib.sha256()
+    got = _Received(resume, _hash_prefix(job.p.part, resume) if resume else hashlib.sha256())
     stalled = 0
     last_error: Exception | None = None
     for _attempt in range(MAX_ATTEMPTS):
-        if total is not None and done >= total:
+        if total is not None and got.done >= total:
             break
-        _check_cancel(cancel, entry, done, total)
-        req_headers = {**headers, "Accept-Encoding": "identity"}
-        if done:
-            req_headers["Range"] = f"bytes={done}-"
-        before = done
+        _check_cancel(job, got.done, total)
+        before = got.done
         try:
-            with get_session().stream(
-                "GET",
-                url,
-                headers=req_headers,
-                follow_redirects=True,
-                timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT,
-            ) as response:
-                if response.status_code == 416 and done:
-                    break  # the partial already holds every byte; size and sha checks follow
-                hf_raise_for_status(response)
-                if done and response.status_code != 206:
-                    done, sha = 0, hashlib.sha256()  # server ignored Range: start over
-                    part.write_bytes(b"")
-                if progress:
-                    progress(done, total)
-                with _open_partial(part) as f:
-                    if f.tell() > done:  # bytes past the prefix from a failed write
-                        f.truncate(done)
-                    reported = done
-                    # Unsized reads: every byte that arrived is kept if the connection drops.
-                    for chunk in response.iter_bytes():
-                        _check_cancel(cancel, entry, done, total)
-                        f.write(chunk)
-                        sha.update(chunk)
-                        done += len(chunk)
-                        if progress and (done - reported >= PROGRESS_STEP or done == total):
-                            progress(done, total)
-                            reported = done
-            if total is None:
-                break  # no size to compare with: a clean end of stream is the end
+            if _fetch(job, url, headers, got, total):
+                break
         except (httpx2.TransportError, hf_errors.HfHubHTTPError) as exc:
             status = getattr(getattr(exc, "response", None), "status_code", None)
             if isinstance(exc, hf_errors.HfHubHTTPError) and status not in _TRANSIENT:
-                raise _hub_error(exc, src, endpoint) from exc
+                raise _hub_error(exc, job.src, job.endpoint) from exc
             last_error = exc
-            stalled = 0 if done > before else stalled + 1
-            log.warning("download of %s interrupted at %d bytes: %s", src.file, done, exc)
+            stalled = 0 if got.done > before else stalled + 1
+            log.warning("download of %s interrupted at %d bytes: %s", job.src.file, got.done, exc)
             if stalled >= MAX_STALLED:
                 break
             if stalled:
                 time.sleep(min(0.5 * stalled, 2.0))
-    if total is not None and done < total:
-        err = _hub_error(last_error, src, endpoint) if last_error else None
+    if total is not None and got.done < total:
+        err = _hub_error(last_error, job.src, job.endpoint) if last_error else None
         raise DownloadError(
-            f"The download of {entry.name} kept failing (connection dropped or server busy): "
-            f"{_fmt_size(done)} of {_fmt_size(total)} kept; run the download again to resume."
-            + (f" ({err})" if err else "")
+            f"The download of {job.entry.name} kept failing (connection dropped or server busy):"
+            f" {format_size(got.done)} of {format_size(total)} kept; run the download again to "
+            "resume." + (f" ({err})" if err else "")
         ) from last_error
-    return done, sha.hexdigest()
+    return got.done, got.sha.hexdigest()
 
 
-def _check_cancel(
-    cancel: threading.Event | None, entry: CatalogEntry, done: int, total: int | None
-) -> None:
-    if cancel is not None and cancel.is_set():
-        of = f" of {_fmt_size(total)}" if total else ""
+def _fetch(job: _Job, url: str, headers: dict[str, str], got: _Received, total: int | None) -> bool:
+    """One request for the bytes from `got.done` on, appended to the partial file. True when
+    the transfer is over: the partial already holds every byte, or an unsized stream ended
+    cleanly (there is no size to compare with)."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session, hf_raise_for_status
+
+    req_headers = {**headers, "Accept-Encoding": "identity"}
+    if got.done:
+        req_headers["Range"] = f"bytes={got.done}-"
+    with get_session().stream(
+        "GET",
+        url,
+        headers=req_headers,
+        follow_redirects=True,
+        timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT,
+    ) as response:
+        if response.status_code == 416 and got.done:
+            return True  # size and sha checks follow
+        hf_raise_for_status(response)
+        if got.done and response.status_code != 206:
+            got.done, got.sha = 0, hashlib.sha256()  # server ignored Range: start over
+            job.p.part.write_bytes(b"")
+        if job.progress:
+            job.progress(got.done, total)
+        with _open_partial(job.p.part) as f:
+            if f.tell() > got.done:  # bytes past the prefix from a failed write
+                f.truncate(got.done)
+            reported = got.done
+            # Unsized reads: every byte that arrived is kept if the connection drops.
+            for chunk in response.iter_bytes():
+                _check_cancel(job, got.done, total)
+                f.write(chunk)
+                got.sha.update(chunk)
+                got.done += len(chunk)
+                if job.progress and (got.done - reported >= PROGRESS_STEP or got.done == total):
+                    job.progress(got.done, total)
+                    reported = got.done
+    return total is None
+
+
+def _check_cancel(job: _Job, done: int, total: int | None) -> None:
+    if job.cancel is not None and job.cancel.is_set():
+        of = f" of {format_size(total)}" if total else ""
         raise DownloadCancelled(
-            f"Download of {entry.name} cancelled; {_fmt_size(done)}{of} kept, and the next "
+            f"Download of {job.entry.name} cancelled; {format_size(done)}{of} kept, and the next "
             "download resumes from there."
         )
 
@@ -580,29 +630,25 @@ def add_download_parser(subparsers) -> None:
 
 
 def run_download(args) -> int:
-    import sys
-
-    from engine.models import load_catalog
-
     hub = {k: e for k, e in load_catalog().items() if e.source.get("kind") == "hub"}
     if args.list or not args.model:
         installed = {m.id for m in list_installed()}
         print(f"Model cache: {models_dir()}")
         for e in hub.values():
             mark = "installed" if e.id in installed and is_installed(e) else "-"
-            print(f"  {e.id:<32} {_fmt_size(e.size_bytes):>9}  {mark:<9}  {e.name}")
+            print(f"  {e.id:<32} {format_size(e.size_bytes):>9}  {mark:<9}  {e.name}")
         return 0
     entry = hub.get(args.model)
     if entry is None:
         print(f"Unknown Hub model '{args.model}'. Known: {', '.join(sorted(hub))}", file=sys.stderr)
         return 2
     if args.delete:
-        print(f"Deleted {entry.name}: {_fmt_size(delete_model(entry))} freed")
+        print(f"Deleted {entry.name}: {format_size(delete_model(entry))} freed")
         return 0
 
     def show(done: int, total: int | None) -> None:
         pct = f" {100 * done / total:5.1f}%" if total else ""
-        print(f"\r{entry.name}: {_fmt_size(done)}{pct}", end="", file=sys.stderr, flush=True)
+        print(f"\r{entry.name}: {format_size(done)}{pct}", end="", file=sys.stderr, flush=True)
 
     try:
         path = download_model(entry, progress=show, force=args.force)

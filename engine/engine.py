@@ -16,10 +16,12 @@ from engine.blocksize import (
     CostModel,
     profile_costs,
 )
+from engine.catalog import load_catalog
 from engine.chat_template import ChatTemplate
-from engine.drafters import NgramDrafter, NoDrafter
+from engine.drafters import DRAFTER_CHOICES, NgramDrafter, NoDrafter
 from engine.drafters.base import Drafter
 from engine.events import (
+    DEFAULT_N_CTX,
     DrafterMismatchError,
     EngineError,
     ErrorEvent,
@@ -27,12 +29,10 @@ from engine.events import (
     GenerationSettings,
 )
 from engine.kernels import decide, requested_verify_mode
-from engine.models import load_catalog, resolve_target
+from engine.models import resolve_target
 from engine.paths import resources_dir
 from engine.speculative import generate_tokens
 from engine.target import LlamaTarget, default_threads
-
-DRAFTER_CHOICES = ("none", "ngram", "hyflash")
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class Engine:
         model: str | Path | None = None,
         *,
         drafter: str = "ngram",
-        n_ctx: int = 4096,
+        n_ctx: int = DEFAULT_N_CTX,
         n_threads: int | None = None,
         backend: str | None = None,
         max_block: int = DEFAULT_MAX_BLOCK,
@@ -150,6 +150,9 @@ class Engine:
         self.cost = CostModel(profile_costs(self._timed_decode)) if profile else None
         self.drafter: Drafter = NoDrafter()
         self.chooser: BlockSizeChooser | None = None
+        # one chooser per drafter, kept across switches: what it learnt about that drafter's
+        # proposals (and the machine, in the shared cost model) holds from answer to answer
+        self._choosers: dict[str, BlockSizeChooser] = {}
         report(f"loading the {drafter} drafter")
         try:
             self.set_drafter(drafter)
@@ -167,7 +170,12 @@ class Engine:
     def set_drafter(self, spec: str) -> None:
         """Switch drafters without reloading the target; a mismatch keeps the old one."""
         self.drafter = make_drafter(spec, self.model_id, self.target, self.backend)
-        self.chooser = BlockSizeChooser(self.cost, self.max_block) if self.cost else None
+        if self.cost is None:
+            self.chooser = None
+            return
+        if self.drafter.name not in self._choosers:
+            self._choosers[self.drafter.name] = BlockSizeChooser(self.cost, self.max_block)
+        self.chooser = self._choosers[self.drafter.name]
 
     @contextmanager
     def use_drafter(self, spec: str | None) -> Iterator[None]:
@@ -227,22 +235,25 @@ class Engine:
         settings: GenerationSettings | None = None,
         cancel: threading.Event | None = None,
     ) -> Iterator[Event]:
-        """Chat (a user message or a message list) or raw completion; yields events."""
+        """Chat (a user message or a message list) or raw completion of a text; yields events
+        (bad input: one ErrorEvent of kind "input")."""
         settings = settings or GenerationSettings()
         if isinstance(prompt, str):
             if not prompt.strip():
                 yield ErrorEvent("the prompt is empty", kind="input")
                 return
             messages = [{"role": "user", "content": prompt}]
+        elif raw:
+            yield ErrorEvent(
+                "a raw completion takes a text prompt, not a message list", kind="input"
+            )
+            return
         else:
             messages = list(prompt)
         if system and not raw:
             messages = [{"role": "system", "content": system}, *messages]
         try:
-            if raw:
-                tokens = self.raw_tokens(prompt if isinstance(prompt, str) else "")
-            else:
-                tokens = self.chat_tokens(messages)
+            tokens = self.raw_tokens(prompt) if raw else self.chat_tokens(messages)
         except EngineError as exc:
             yield ErrorEvent(str(exc), kind="input")
             return

@@ -75,6 +75,9 @@ class ErrorEvent:
     kind: str = "error"  # "context" | "input" | "error"
 
 
+DEFAULT_N_CTX = 4096  # context length in tokens when the caller does not choose one
+
+
 @dataclass
 class GenerationSettings:
     max_tokens: int = 512

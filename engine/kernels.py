@@ -336,7 +336,7 @@ def verdict_key(model_path: Path, *, n_threads: int, n_gpu_layers: int) -> str:
 
 def _model_sha256(path: Path) -> str:
     """The file's sha256, remembered per (path, size, mtime) so a multi-GB model is read once."""
-    from engine.hyflash.gguf_weights import file_sha256
+    from engine.drafters.hyflash_shared import file_sha256
 
     st = path.stat()
     index = verdicts_dir() / "file-hashes.json"

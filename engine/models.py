@@ -1,46 +1,16 @@
-"""Catalog and resolution of target models: a catalog id, or a GGUF path on disk."""
+"""Resolution of target models: a catalog id (a file in an installed package, or a Hub
+download in the model cache), or a GGUF path on disk."""
 
 from __future__ import annotations
 
 import importlib.metadata
-import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.catalog import default_target_id, load_catalog
+from engine.downloads import cached_model_path
 from engine.events import ModelLoadError
-from engine.paths import resources_dir
 
 GGUF_MAGIC = b"GGUF"
-
-
-@dataclass(frozen=True)
-class CatalogEntry:
-    id: str
-    name: str
-    source: dict
-    size_bytes: int = 0
-    license: str = ""
-    context_length: int = 0
-    ram_gb: float = 0.0
-    drafter: str | None = None
-    extra: dict = field(default_factory=dict)
-
-
-def load_catalog(path: Path | None = None) -> dict[str, CatalogEntry]:
-    data = json.loads((path or resources_dir() / "catalog.json").read_text(encoding="utf-8"))
-    known = set(CatalogEntry.__dataclass_fields__) - {"extra"}
-    entries = {}
-    for raw in data["targets"]:
-        fields = {k: v for k, v in raw.items() if k in known}
-        extra = {k: v for k, v in raw.items() if k not in known}
-        entries[raw["id"]] = CatalogEntry(**fields, extra=extra)
-    return entries
-
-
-def default_target_id() -> str:
-    return json.loads((resources_dir() / "catalog.json").read_text(encoding="utf-8"))[
-        "default_target"
-    ]
 
 
 def _pypi_file(package: str, relative: str) -> Path:
@@ -81,8 +51,6 @@ def resolve_target(spec: str | Path | None = None) -> tuple[str, Path]:
         if source["kind"] == "pypi":
             path = _pypi_file(source["package"], source["file"])
         elif source["kind"] == "hub":
-            from engine.downloads import cached_model_path  # later issue: hub downloads
-
             path = cached_model_path(entry)
         else:
             raise ModelLoadError(f"Unknown source kind for {spec}: {source['kind']}")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.blocksize import MAX_BLOCK_SIZE, BlockSizeChooser
+from engine.blocksize import MAX_BLOCK_SIZE, BlockSizeChooser, FixedBlock
 from engine.drafters.base import Drafter
 from engine.events import (
     ErrorEvent,
@@ -30,7 +30,14 @@ from engine.events import (
     StepStats,
     TextDelta,
 )
-from engine.sampling import Warp, accept_greedy, accept_sampling, sample, warp_probs
+from engine.sampling import (
+    Warp,
+    accept_greedy,
+    accept_sampling,
+    check_sampling,
+    sample,
+    warp_probs,
+)
 from engine.target import LlamaTarget
 
 
@@ -87,16 +94,6 @@ class _TextStream:
 def _position_rng(seed: int, position: int, stream: int = 0) -> np.random.Generator:
     """Randomness for one output position, independent of how the steps were blocked."""
     return np.random.default_rng([seed, position, stream])
-
-
-@dataclass
-class _Counters:
-    steps: int = 0
-    committed: int = 0
-    slot_accept: np.ndarray | None = None
-    slot_propose: np.ndarray | None = None
-    draft_s: float = 0.0
-    verify_s: float = 0.0
 
 
 def _judge(
@@ -158,6 +155,219 @@ def verify_block(
     raise AssertionError("the last chunk always yields a token")  # pragma: no cover
 
 
+@dataclass(frozen=True)
+class Step:
+    """What one decoding step did: `proposed` drafts verified, the first `accepted` of them
+    taken, then the target's own token; `tokens` are the step's committed tokens."""
+
+    proposed: int
+    accepted: int
+    tokens: list[int]
+    draft_s: float
+    verify_s: float
+
+
+class SpeculativeDecoder:
+    """One step at a time: propose -> decode [anchor, drafts] -> accept -> truncate. The
+    block policy (FixedBlock or BlockSizeChooser) decides whether to draft and how much to
+    verify, and learns from what each step cost and committed."""
+
+    def __init__(
+        self,
+        target: LlamaTarget,
+        drafter: Drafter,
+        policy: FixedBlock | BlockSizeChooser,
+        warp: Warp,
+        seed: int,
+        verify_chunk: int | None,
+    ) -> None:
+        self.target, self.drafter, self.policy = target, drafter, policy
+        self.warp, self.seed, self.verify_chunk = warp, seed, verify_chunk
+        self.observed = 0  # cached positions folded into the drafter (catch_up)
+
+    def step(self, anchor: int, position: int, max_draft: int) -> Step:
+        """Commit the tokens after `anchor` (output position `position`), verifying at most
+        max_draft drafts."""
+        t0 = time.perf_counter()
+        drafts, draft_probs = np.zeros(0, dtype=np.int32), None
+        if max_draft > 0 and self.policy.worth_drafting():
+            self.observed = catch_up(self.drafter, self.target, self.observed)
+            drafts, draft_probs = self.draft(anchor, position, max_draft)
+            self.policy.observe_draft_time(time.perf_counter() - t0)
+        t1 = time.perf_counter()
+        start, k = self.target.n_past, len(drafts)
+        judge = _judge(self.warp, self.seed, position, drafts, draft_probs)
+        a, next_token, rows = verify_block(
+            self.target, [anchor, *drafts.tolist()], judge, self.verify_chunk
+        )
+        t2 = time.perf_counter()
+        if rows == k + 1:  # an early stop timed fewer rows
+            self.policy.observe_verify(k + 1, t2 - t1)
+        self.target.truncate(start + a + 1)
+        tokens = [*drafts[:a].tolist(), next_token]
+        self.policy.committed(tokens)
+        return Step(k, a, tokens, t1 - t0, t2 - t1)
+
+    def draft(
+        self, anchor: int, position: int, max_draft: int
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """The drafts to verify, and under sampling their warped q rows (None: greedy, or a
+        deterministic drafter)."""
+        greedy = self.warp.greedy
+        draft = self.drafter.propose(anchor, max_draft, with_logits=not greedy)
+        tokens = np.asarray(draft.tokens[:max_draft], dtype=np.int32)
+        k = self.policy.choose_drafts(draft.bucket, tokens)
+        if draft.logits is None or greedy or not k:
+            return tokens[:k], None
+        # Sampling verifies draws d_i ~ q_i, warped like the target's rows; only the k
+        # verified rows are warped (a row costs a pass over the vocabulary). k was chosen from
+        # the drafter's most likely tokens, not from these draws, so the rule stays exact.
+        probs = np.stack([warp_probs(r, self.warp) for r in draft.logits[:k]])
+        rngs = [_position_rng(self.seed, position + i, 1) for i in range(k)]
+        draws = np.array([sample(q, rng) for q, rng in zip(probs, rngs, strict=True)])
+        return draws.astype(np.int32), probs
+
+
+def _input_error(
+    target: LlamaTarget,
+    prompt_tokens: Sequence[int],
+    settings: GenerationSettings,
+    chooser: BlockSizeChooser | None,
+) -> ErrorEvent | None:
+    try:
+        fixed_block = validate_block_size(settings.block_size)
+        check_sampling(settings.temperature, settings.top_p, settings.top_k)
+    except ValueError as exc:
+        return ErrorEvent(str(exc), kind="input")
+    if fixed_block is None and chooser is None:
+        return ErrorEvent("block size 'auto' needs a measured cost model", kind="input")
+    if not prompt_tokens:
+        return ErrorEvent("the prompt is empty", kind="input")
+    if settings.max_tokens < 1:
+        return ErrorEvent("max tokens must be at least 1", kind="input")
+    if len(prompt_tokens) >= target.n_ctx:
+        return ErrorEvent(
+            f"the prompt is {len(prompt_tokens)} tokens but the context holds {target.n_ctx}; "
+            "shorten it, start a new chat, or raise the context length",
+            kind="context",
+        )
+    return None
+
+
+def _prefill(
+    target: LlamaTarget,
+    prompt_tokens: Sequence[int],
+    wants_features: bool,
+    cancel: threading.Event | None,
+) -> int:
+    """Decode all but the last prompt token into the cache, reusing the cached prefix (and,
+    for a drafter that reads features, only as much of it as has them); returns the count
+    decoded."""
+    target.set_features(wants_features)
+    context = list(prompt_tokens[:-1])
+    reused = target.reuse_prefix(context)
+    if wants_features and target.features_known_upto() < reused:
+        reused = target.reuse_prefix(context[: target.features_known_upto()])
+    target.prefill(context[reused:], cancel)
+    return len(context) - reused
+
+
+class _Emitter:
+    """Committed tokens -> the tokens that are output (none past end-of-text, the length
+    limit or a stop string) and their text deltas."""
+
+    def __init__(self, target: LlamaTarget, settings: GenerationSettings) -> None:
+        self.target, self.settings = target, settings
+        self.text = _TextStream(settings.stop)
+        self.generated: list[int] = []
+        self.stop_reason = "length"
+        self.finished = False
+
+    def emit(self, tokens: list[int], accepted: int) -> tuple[int, list[TextDelta]]:
+        """Output a step's tokens (the first `accepted` were drafts); returns how many count
+        as committed (an end-of-text token counts, tokens past the limit do not) and the
+        deltas, drafted text first (the GUI may tint it)."""
+        kept = []
+        for token in tokens:
+            if self.target.is_eog(token) and not self.settings.ignore_eos:
+                self.stop_reason, self.finished = "eos", True
+                break
+            if len(self.generated) + len(kept) >= self.settings.max_tokens:
+                self.stop_reason, self.finished = "length", True
+                break
+            kept.append(token)
+        self.generated.extend(kept)
+        deltas = []
+        for part, drafted in ((kept[:accepted], True), (kept[accepted:], False)):
+            if part:
+                piece = self.text.feed(b"".join(self.target.token_bytes(t) for t in part))
+                deltas.append(TextDelta(piece, tuple(part), drafted))
+        if self.text.stopped:
+            self.stop_reason, self.finished = "stop", True
+        return len(kept) + (self.stop_reason == "eos" and self.finished), deltas
+
+
+@dataclass
+class _Counters:
+    """Running totals behind the StepStats of a generation."""
+
+    max_block: int
+    block_mode: str
+    verify_mode: str
+    verify_chunk: int
+    prefill_count: int
+    prefill_s: float
+    steps: int = 0
+    committed: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.slot_accept = np.zeros(MAX_BLOCK_SIZE - 1, dtype=np.int64)
+        self.slot_propose = np.zeros(MAX_BLOCK_SIZE - 1, dtype=np.int64)
+
+    def add(self, step: Step, committed: int) -> None:
+        self.steps += 1
+        self.committed += committed
+        self.slot_propose[: step.proposed] += 1
+        self.slot_accept[: step.accepted] += 1
+        self.draft_s += step.draft_s  # catching up on committed tokens included
+        self.verify_s += step.verify_s
+
+    def stats(
+        self,
+        step: Step,
+        generated: int,
+        decode_s: float,
+        ttft: float,
+        target: LlamaTarget,
+        drafter: Drafter,
+    ) -> StepStats:
+        return StepStats(
+            step=self.steps,
+            block_size=step.proposed + 1,
+            proposed=step.proposed,
+            accepted=step.accepted,
+            committed=step.accepted + 1,
+            tau_mean=self.committed / self.steps,
+            slot_accept_counts=self.slot_accept[: self.max_block - 1].tolist(),
+            slot_propose_counts=self.slot_propose[: self.max_block - 1].tolist(),
+            tokens_generated=generated,
+            tokens_per_s=generated / decode_s if decode_s > 0 else 0.0,
+            ttft_s=ttft,
+            prefill_tokens=self.prefill_count,
+            prefill_tokens_per_s=self.prefill_count / self.prefill_s if self.prefill_s else 0.0,
+            target_kv_bytes=target.kv_bytes_used(),
+            target_kv_alloc_bytes=target.kv_bytes_allocated(),
+            draft_memory_bytes=drafter.memory_bytes(),
+            draft_ms=1000 * self.draft_s / self.steps,
+            verify_ms=1000 * self.verify_s / self.steps,
+            block_size_mode=self.block_mode,
+            verify_mode=self.verify_mode,
+            verify_chunk=self.verify_chunk,
+        )
+
+
 def generate_tokens(
     target: LlamaTarget,
     drafter: Drafter,
@@ -174,193 +384,71 @@ def generate_tokens(
     batch whose rows equal single-token decodes; engine.kernels), None for whole blocks;
     verify_mode names that choice in the stats."""
     t_start = time.perf_counter()
-    try:
-        fixed_block = validate_block_size(settings.block_size)
-    except ValueError as exc:
-        yield ErrorEvent(str(exc), kind="input")
+    error = _input_error(target, prompt_tokens, settings, chooser)
+    if error is not None:
+        yield error
         return
-    if fixed_block is None and chooser is None:
-        yield ErrorEvent("block size 'auto' needs a measured cost model", kind="input")
-        return
-    if not prompt_tokens:
-        yield ErrorEvent("the prompt is empty", kind="input")
-        return
-    if settings.max_tokens < 1:
-        yield ErrorEvent("max tokens must be at least 1", kind="input")
-        return
-    if len(prompt_tokens) >= target.n_ctx:
-        yield ErrorEvent(
-            f"the prompt is {len(prompt_tokens)} tokens but the context holds {target.n_ctx}; "
-            "shorten it, start a new chat, or raise the context length",
-            kind="context",
-        )
-        return
+    fixed_block = validate_block_size(settings.block_size)
+    policy = chooser if fixed_block is None else FixedBlock(fixed_block)
+    policy.start()
 
-    warp = Warp(settings.temperature, settings.top_k, settings.top_p)
-    seed = settings.seed if settings.seed is not None else secrets.randbits(63)
-    block_mode = "auto" if fixed_block is None else "fixed"
-    max_block = chooser.max_block if fixed_block is None else fixed_block
-
-    # --- prefill: everything but the last prompt token, reusing the cached prefix ----------
-    target.set_features(drafter.wants_features)
-    context = list(prompt_tokens[:-1])
-    reused = target.reuse_prefix(context)
-    if drafter.wants_features and target.features_known_upto() < reused:
-        reused = target.reuse_prefix(context[: target.features_known_upto()])
-    target.prefill(context[reused:], cancel)
+    prefill_count = _prefill(target, prompt_tokens, drafter.wants_features, cancel)
     if cancel is not None and cancel.is_set():
         yield Finished("", (), "cancelled", None, len(prompt_tokens), time.perf_counter() - t_start)
         return
-    t_prefill_end = time.perf_counter()
-    prefill_count = len(context) - reused
-    prefill_s = t_prefill_end - t_start
+    t_decode = time.perf_counter()
     drafter.reset()
-    observed = 0  # cached positions folded into the drafter (catch_up, before it proposes)
-
-    stream_tokens = list(prompt_tokens)  # committed stream, for shadow acceptance estimates
-    anchor = int(prompt_tokens[-1])
-    generated: list[int] = []
-    text = _TextStream(settings.stop)
+    policy.committed(prompt_tokens)
+    seed = settings.seed if settings.seed is not None else secrets.randbits(63)
+    warp = Warp(settings.temperature, settings.top_k, settings.top_p)
+    decoder = SpeculativeDecoder(target, drafter, policy, warp, seed, verify_chunk)
+    out = _Emitter(target, settings)
     counters = _Counters(
-        slot_accept=np.zeros(MAX_BLOCK_SIZE - 1, dtype=np.int64),
-        slot_propose=np.zeros(MAX_BLOCK_SIZE - 1, dtype=np.int64),
+        policy.max_block,
+        "auto" if fixed_block is None else "fixed",
+        verify_mode,
+        verify_chunk or 0,
+        prefill_count,
+        t_decode - t_start,
     )
-    ttft = None
-    stop_reason = "length"
-    stats = None
-
-    while True:
-        if cancel is not None and cancel.is_set():
-            stop_reason = "cancelled"
-            break
-        remaining = settings.max_tokens - len(generated)
+    anchor, ttft, stats = int(prompt_tokens[-1]), None, None
+    while not out.finished:
+        remaining = settings.max_tokens - len(out.generated)
         room = target.n_ctx - target.n_past
-        if remaining <= 0:
-            stop_reason = "length"
+        if cancel is not None and cancel.is_set():
+            out.stop_reason = "cancelled"
+            break
+        if remaining <= 0:  # the last step ended exactly at the limit
             break
         if room < 1:
-            stop_reason = "context"
+            out.stop_reason = "context"
             break
-
-        # --- draft ----------------------------------------------------------------------
-        max_draft = min(max_block - 1, room - 1, remaining - 1)
-        t0 = time.perf_counter()
-        draft_tokens = np.zeros(0, dtype=np.int32)
-        draft_probs = None  # warped q rows, sampling with a probabilistic drafter only
-        if max_draft > 0 and (fixed_block is not None or chooser.worth_drafting()):
-            observed = catch_up(drafter, target, observed)
-            draft = drafter.propose(anchor, max_draft, with_logits=not warp.greedy)
-            draft_tokens = np.asarray(draft.tokens[:max_draft], dtype=np.int32)
-            if fixed_block is None:
-                bucket = chooser.bucket(draft.bucket)
-                chooser.propose_made(bucket, draft_tokens, len(stream_tokens))
-                k = chooser.choose(bucket, len(draft_tokens))
-            else:
-                k = len(draft_tokens)
-            draft_tokens = draft_tokens[:k]
-            if draft.logits is not None and not warp.greedy and k:
-                # Sampling verifies draws d_i ~ q_i, warped like the target's rows; only the k
-                # verified rows are warped (a row costs a pass over the vocabulary). k was
-                # chosen from the drafter's most likely tokens, not from these draws, so the
-                # rejection rule stays exact.
-                draft_probs = np.stack([warp_probs(r, warp) for r in draft.logits[:k]])
-                draft_tokens = np.array(
-                    [
-                        sample(q, _position_rng(seed, len(generated) + i, 1))
-                        for i, q in enumerate(draft_probs)
-                    ],
-                    dtype=np.int32,
-                )
-            if chooser is not None:
-                chooser.observe_draft_time(time.perf_counter() - t0)
-        t1 = time.perf_counter()
-
-        # --- verify ---------------------------------------------------------------------
-        start = target.n_past
-        k = len(draft_tokens)
-        judge = _judge(warp, seed, len(generated), draft_tokens, draft_probs)
-        a, next_token, rows = verify_block(
-            target, [anchor, *draft_tokens.tolist()], judge, verify_chunk
-        )
-        t2 = time.perf_counter()
-        if chooser is not None and rows == k + 1:  # an early stop timed fewer rows
-            chooser.cost.observe(k + 1, t2 - t1)
-
-        # --- rollback and commit ----------------------------------------------------------
-        target.truncate(start + a + 1)
-        accepted = draft_tokens[:a].tolist()
-        new_tokens = [*accepted, next_token]
-        stream_tokens.extend(new_tokens)
-        if chooser is not None:
-            chooser.committed(stream_tokens)
-        counters.steps += 1
-        counters.slot_propose[:k] += 1
-        counters.slot_accept[:a] += 1
-        counters.draft_s += t1 - t0  # catching up on committed tokens included
-        counters.verify_s += t2 - t1
-        anchor = next_token
-
-        # --- emit -------------------------------------------------------------------------
-        finished = False
-        kept = []
-        for token in new_tokens:
-            if target.is_eog(token) and not settings.ignore_eos:
-                stop_reason, finished = "eos", True
-                break
-            if len(generated) + len(kept) >= settings.max_tokens:
-                stop_reason, finished = "length", True
-                break
-            kept.append(token)
-        generated.extend(kept)
-        # tokens past an end-of-text or the length limit were verified but are not output
-        counters.committed += len(kept) + (stop_reason == "eos" and finished)
-        pieces = []
-        # accepted drafts first (the GUI may tint them), then the target's own token
-        for tokens, drafted in ((kept[:a], True), (kept[a:], False)):
-            if tokens:
-                piece = text.feed(b"".join(target.token_bytes(t) for t in tokens))
-                pieces.append(TextDelta(piece, tuple(tokens), drafted))
-        if text.stopped:
-            stop_reason, finished = "stop", True
+        max_draft = min(policy.max_block - 1, room - 1, remaining - 1)
+        step = decoder.step(anchor, len(out.generated), max_draft)
+        anchor = step.tokens[-1]
+        committed, deltas = out.emit(step.tokens, step.accepted)
+        counters.add(step, committed)
         now = time.perf_counter()
-        if ttft is None and generated:
+        if ttft is None and out.generated:
             ttft = now - t_start
-        yield from pieces
-        decode_elapsed = now - t_prefill_end
-        stats = StepStats(
-            step=counters.steps,
-            block_size=k + 1,
-            proposed=k,
-            accepted=a,
-            committed=a + 1,
-            tau_mean=counters.committed / counters.steps,
-            slot_accept_counts=counters.slot_accept[: max_block - 1].tolist(),
-            slot_propose_counts=counters.slot_propose[: max_block - 1].tolist(),
-            tokens_generated=len(generated),
-            tokens_per_s=len(generated) / decode_elapsed if decode_elapsed > 0 else 0.0,
-            ttft_s=ttft if ttft is not None else now - t_start,
-            prefill_tokens=prefill_count,
-            prefill_tokens_per_s=prefill_count / prefill_s if prefill_s > 0 else 0.0,
-            target_kv_bytes=target.kv_bytes_used(),
-            target_kv_alloc_bytes=target.kv_bytes_allocated(),
-            draft_memory_bytes=drafter.memory_bytes(),
-            draft_ms=1000 * counters.draft_s / counters.steps,
-            verify_ms=1000 * counters.verify_s / counters.steps,
-            block_size_mode=block_mode,
-            verify_mode=verify_mode,
-            verify_chunk=verify_chunk or 0,
+        yield from deltas
+        stats = counters.stats(
+            step,
+            len(out.generated),
+            now - t_decode,
+            ttft if ttft is not None else now - t_start,
+            target,
+            drafter,
         )
         yield stats
-        if finished:
-            break
 
-    tail = text.feed(b"", final=True)
+    tail = out.text.feed(b"", final=True)
     if tail:
         yield TextDelta(tail, (), False)
     yield Finished(
-        text=text.text,
-        token_ids=tuple(generated),
-        stop_reason=stop_reason,
+        text=out.text.text,
+        token_ids=tuple(out.generated),
+        stop_reason=out.stop_reason,
         stats=stats,
         prompt_tokens=len(prompt_tokens),
         elapsed_s=time.perf_counter() - t_start,

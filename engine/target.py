@@ -19,7 +19,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from engine.events import ContextOverflowError, EngineError, ModelLoadError
+from engine.events import DEFAULT_N_CTX, ContextOverflowError, EngineError, ModelLoadError
 from engine.kernels import KernelConfig, KernelVerdict, decide
 from engine.models import check_gguf
 
@@ -86,7 +86,7 @@ class LlamaTarget:
         self,
         model_path: str | Path,
         *,
-        n_ctx: int = 4096,
+        n_ctx: int = DEFAULT_N_CTX,
         n_threads: int | None = None,
         n_batch: int = 512,
         n_gpu_layers: int = 0,
@@ -108,7 +108,18 @@ class LlamaTarget:
         # the verdict (how exact batched rows are) when known; a bare config carries none
         self.kernel_verdict = kernels if isinstance(kernels, KernelVerdict) else None
         self.kernels = kernels.config if isinstance(kernels, KernelVerdict) else kernels
+        self._load_model(n_gpu_layers)
+        self._create_context(n_ctx, n_batch, features)
+        self._enable_layer_capture(capture_layers)
 
+        # Tokens whose K/V are in the cache, at positions 0..len-1; features stored per position
+        # (valid below self._features_upto) so a drafter can be refed without re-decoding.
+        self.tokens: list[int] = []
+        self._features = np.zeros((self.n_ctx, self.n_embd), dtype=np.float32)
+        self._features_upto = 0
+
+    def _load_model(self, n_gpu_layers: int) -> None:
+        path = self.path
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
         mparams.use_extra_bufts = self.kernels.extra_bufts
@@ -125,6 +136,7 @@ class LlamaTarget:
         self.n_layer = llama_cpp.llama_model_n_layer(model)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(model)
 
+    def _create_context(self, n_ctx: int, n_batch: int, features: bool) -> None:
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = n_batch
@@ -143,11 +155,11 @@ class LlamaTarget:
         cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
         cparams.type_k = _GGML_TYPE_Q8_0
         cparams.type_v = _GGML_TYPE_Q8_0
-        ctx = llama_cpp.llama_init_from_model(model, cparams)
+        ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not ctx:
             self.close()
             raise ModelLoadError(
-                f"llama.cpp could not create a context of {n_ctx} tokens for {path.name} "
+                f"llama.cpp could not create a context of {n_ctx} tokens for {self.path.name} "
                 f"(out of memory?).\n{recent_llama_log(4).strip()}"
             )
         self._ctx = ctx
@@ -159,6 +171,8 @@ class LlamaTarget:
         self._type_v = cparams.type_v
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
 
+    def _enable_layer_capture(self, capture_layers: Sequence[int]) -> None:
+        """Ask llama.cpp to keep these layers' inputs (training features), or fail clearly."""
         self.capture_layers = tuple(capture_layers)
         self._layer_get = None
         if self.capture_layers:
@@ -171,13 +185,7 @@ class LlamaTarget:
                 if not 0 <= layer < self.n_layer:
                     self.close()
                     raise EngineError(f"layer {layer} out of range 0..{self.n_layer - 1}")
-                set_fn(ctx, layer, True)
-
-        # Tokens whose K/V are in the cache, at positions 0..len-1; features stored per position
-        # (valid below self._features_upto) so a drafter can be refed without re-decoding.
-        self.tokens: list[int] = []
-        self._features = np.zeros((self.n_ctx, self.n_embd), dtype=np.float32)
-        self._features_upto = 0
+                set_fn(self._ctx, layer, True)
 
     # ----- metadata -------------------------------------------------------------------------
 
@@ -365,7 +373,8 @@ class LlamaTarget:
     # ----- memory accounting ----------------------------------------------------------------
 
     def kv_bytes_per_token(self) -> int:
-        """K and V bytes one cached token takes across all layers (f16 cache by default)."""
+        """K and V bytes one cached token takes across all layers, at the cache's types (q8_0:
+        see _create_context)."""
         n_head = llama_cpp.llama_model_n_head(self._model)
         n_head_kv = llama_cpp.llama_model_n_head_kv(self._model)
         arch = self.architecture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.hyflash.config import DrafterConfig
+from engine.drafters.hyflash_shared import DrafterConfig
 
 V, E = 97, 16  # tiny target: vocabulary, hidden size
 

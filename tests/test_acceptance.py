@@ -117,7 +117,7 @@ def test_acceptance_over_several_answers_files_reports_each(tmp_path, monkeypatc
     """One column per answers file (the long-context table): tau, mean context and draft
     memory per file, and the context plots."""
     from engine.cli import main
-    from engine.hyflash.commands import EVAL_CORPUS
+    from engine.data_paths import EVAL_CORPUS
 
     rows = Path(EVAL_CORPUS).resolve().read_text().splitlines()
     short, longer = tmp_path / "short.jsonl", tmp_path / "longer.jsonl"

@@ -12,7 +12,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.model_manager import ModelManager
-from engine.models import default_target_id, load_catalog
+from engine.catalog import default_target_id, load_catalog
 
 MODEL_ID = "llama-3.2-3b-instruct-q4_k_m"  # a Hub entry without a pinned sha256
 DATA = b"GGUF" + bytes(range(256)) * (2 * 4096 - 1)  # about 2 MiB

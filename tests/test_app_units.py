@@ -12,13 +12,19 @@ from PySide6.QtCore import Qt
 from app.composer import Composer
 from app.export import to_json, to_markdown, write_export
 from app.format import footer_line
-from app.main_window import _compact_runs, _expand_runs
 from app.markdown import drafted_spans, merge_runs, run_pieces, split_blocks
-from app.settings import AppSettings, SettingsStore, needs_reload, settings_from_dict
+from app.settings import (
+    AppSettings,
+    SettingsStore,
+    checked,
+    needs_reload,
+    settings_from_dict,
+)
 from app.settings_dialog import SettingsDialog
 from app.stats_panel import StatsPanel
-from app.storage import Storage
+from app.storage import Storage, compact_runs, expand_runs
 from engine.events import StepStats
+from engine.sampling import check_sampling
 
 # ----- settings -----------------------------------------------------------------------------
 
@@ -52,6 +58,45 @@ def test_bad_setting_values_fall_back_one_by_one(tmp_path):
     assert settings.block_size == "auto" and settings.temperature == AppSettings().temperature
     assert settings.theme == "dark" and settings.n_ctx == 2048
     assert "block_size" in message and "temperature" in message
+
+
+def test_sampling_values_the_engine_refuses_are_reset_with_its_message(tmp_path):
+    data = {"temperature": -1, "top_p": 5, "theme": "dark", "max_tokens": 100}
+    (tmp_path / "settings.json").write_text(json.dumps(data), encoding="utf-8")
+    settings, message = SettingsStore(tmp_path).load()
+    defaults = AppSettings()
+    assert (settings.temperature, settings.top_p) == (defaults.temperature, defaults.top_p)
+    assert settings.theme == "dark" and settings.max_tokens == 100  # nothing else is lost
+    assert "temperature must be 0 (greedy) or more, not -1" in message
+    assert "top-p must be above 0 and at most 1, not 5" in message
+    # settings applied at run time get the same rule
+    fixed, message = checked(AppSettings(temperature=float("nan"), top_p=0.0, n_ctx=2048))
+    assert (fixed.temperature, fixed.top_p, fixed.n_ctx) == (0.2, 0.9, 2048)
+    assert "temperature" in message and "top-p" in message
+    assert checked(AppSettings(temperature=0.0, top_p=1.0)) == (
+        AppSettings(temperature=0.0, top_p=1.0),
+        None,
+    )
+
+
+def test_settings_dialog_cannot_produce_sampling_values_the_engine_refuses(qtbot):
+    dialog = SettingsDialog(AppSettings(), (True, ""), {})
+    qtbot.addWidget(dialog)
+    for temperature, top_p in ((-1.0, 5.0), (99.0, -3.0), (0.0, 0.0)):
+        dialog.temperature.setValue(temperature)
+        dialog.top_p.setValue(top_p)
+        values = dialog.values()
+        check_sampling(values.temperature, values.top_p, 0)  # raises on a bad value
+        assert checked(values)[1] is None
+
+
+def test_drafter_and_backend_choices_come_from_the_engine():
+    from app import settings
+    from engine.backends import BACKEND_NAMES
+    from engine.drafters import DRAFTER_CHOICES
+
+    assert sorted(settings.DRAFTERS) == sorted(DRAFTER_CHOICES)
+    assert settings.BACKENDS == BACKEND_NAMES
 
 
 def test_reload_needed_only_for_runtime_fields():
@@ -131,8 +176,8 @@ def test_runs_map_onto_blocks():
     assert drafted_spans(runs, 1, 6) == [(0, 2), (4, 5)]
     assert run_pieces(runs, 2, 5) == [("c", True), ("de", False)]
     text = "abcdef"
-    assert _expand_runs(text, _compact_runs(runs)) == runs
-    assert _expand_runs("short", _compact_runs(runs)) is None  # lengths disagree: no tint
+    assert expand_runs(text, compact_runs(runs)) == runs
+    assert expand_runs("short", compact_runs(runs)) is None  # lengths disagree: no tint
 
 
 # ----- exports ------------------------------------------------------------------------------
@@ -229,7 +274,7 @@ def test_stats_panel_shows_tau_histogram_and_memory(qtbot):
     assert panel.block.value.text() == "4 · fixed"
     assert panel.plot.committed == [1, 3, 3]
     assert panel.histogram.rates() == [1.0, 2 / 3, 0.0]
-    assert panel.kv_bar.value.text() == "3.0 MB / 48.0 MB"
+    assert panel.kv_bar.value.text() == "3.1 MB / 50.3 MB"  # engine.units.format_size
     assert panel.kv_bar.bar.value() == 62  # 3/48 of 1000
     assert "MB" in panel.draft_bar.value.text()
     panel.resize(340, 900)

@@ -267,6 +267,15 @@ def test_theme_switch_applies_and_persists(qtbot, window):
     assert window.palette().window().color().lightnessF() > 0.7
 
 
+def test_sampling_values_the_engine_refuses_are_not_applied(qtbot, window):
+    window.apply_settings(replace(window.settings, temperature=-1.0, max_tokens=40))
+    default = AppSettings().temperature
+    assert window.settings.temperature == default and window.settings.max_tokens == 40
+    assert "temperature must be 0 (greedy) or more" in window.banner.text()
+    saved = SettingsStore().load()
+    assert saved[1] is None and saved[0].temperature == default and saved[0].max_tokens == 40
+
+
 def test_drafter_change_needs_no_reload(qtbot, window, host):
     engine_before = host.worker.engine
     window.apply_settings(replace(window.settings, drafter="none"))

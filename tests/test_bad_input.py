@@ -64,6 +64,12 @@ def test_empty_prompt(ngram_engine):
         assert len(evs) == 1 and isinstance(evs[0], ErrorEvent) and "empty" in evs[0].message
 
 
+def test_raw_completion_of_a_message_list_is_refused(ngram_engine):
+    evs = events(ngram_engine, [{"role": "user", "content": "Hello"}], raw=True)
+    assert len(evs) == 1 and isinstance(evs[0], ErrorEvent) and evs[0].kind == "input"
+    assert "message list" in evs[0].message
+
+
 def test_prompt_longer_than_context(ngram_engine):
     long_prompt = "word " * 5000
     evs = events(ngram_engine, long_prompt, raw=True)

@@ -211,7 +211,9 @@ def test_drafter_time_reports_each_block_beside_the_target(tmp_path, capsys):
         assert 0 < r["greedy_ms"] < 1000 and 0 < r["sampling_ms"] < 1000
         assert r["greedy_pct_t1"] == pytest.approx(100 * r["greedy_ms"] / result["target_t1_ms"])
     assert result["rows"][1]["target_ms"] > 0 and result["observe_ms"] > 0
-    assert "| 8 |" in capsys.readouterr().out
+    assert result["features"] and 0 < result["target_t1_features_off_ms"] < 1000
+    out = capsys.readouterr().out
+    assert "| 8 |" in out and "hidden-state output on; off:" in out
 
 
 def test_gpu_recording_script_is_valid_bash_with_valid_hyflash_commands():

@@ -75,6 +75,20 @@ def test_bad_arguments_give_clear_errors(args, message):
     assert message in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize(
+    "command", [["generate", "--prompt", "Hi"], ["chat"], ["bench", "--quick"]], ids=str
+)
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--temperature", "-1"], "temperature"), (["--top-p", "5"], "top-p")],
+)
+def test_bad_sampling_options_are_refused_before_loading(command, args, message):
+    out = run_cli(*command, *args, timeout=60)
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr
+    assert out.stdout == ""  # refused before the model loads (chat prints a banner once loaded)
+
+
 def test_empty_prompt_is_refused():
     out = run_cli("generate", "--prompt", "  ")
     assert out.returncode == 2 and "empty" in out.stderr

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from engine import downloads
+from engine.catalog import CatalogEntry
 from engine.events import ModelLoadError
-from engine.models import CatalogEntry
 
 REPO = "test-org/tiny-GGUF"
 FILE = "tiny-q4.gguf"
@@ -446,10 +446,8 @@ def test_resolve_target_finds_a_downloaded_hub_model(hub: HubStub, monkeypatch) 
 def test_download_command(hub: HubStub, monkeypatch, capsys) -> None:
     import argparse
 
-    from engine import models
-
     e = entry()
-    monkeypatch.setattr(models, "load_catalog", lambda path=None: {e.id: e})
+    monkeypatch.setattr(downloads, "load_catalog", lambda path=None: {e.id: e})
     parser = argparse.ArgumentParser(prog="hyflash")
     downloads.add_download_parser(parser.add_subparsers())
 

@@ -15,16 +15,17 @@ import pytest
 import torch
 from hyflash_tiny import E, V, one_torch_thread, tiny_config  # noqa: F401 - autouse fixture
 
-from engine.hyflash.config import DrafterConfig, draft_memory_bytes, select_draft_vocab
-from engine.hyflash.export import ObserveGraph, ProposeGraph, example_inputs, export_drafter
-from engine.hyflash.gguf_weights import (
+from engine.drafters.hyflash_shared import (
+    DrafterConfig,
     EmbeddingRows,
-    load_target_weights,
+    draft_memory_bytes,
     target_identity,
-    write_stand_in_gguf,
 )
+from engine.hyflash.export import ObserveGraph, ProposeGraph, example_inputs, export_drafter
+from engine.hyflash.gguf_weights import load_target_weights, write_stand_in_gguf
 from engine.hyflash.model import HyFlashModel
 from engine.hyflash.ssm import GatedDeltaNetMemory, Mamba2Memory, unit_lower_inverse
+from engine.hyflash.train import select_draft_vocab
 
 
 def tiny_model(cfg: DrafterConfig, seed: int = 0) -> HyFlashModel:
@@ -136,10 +137,10 @@ def test_slots_see_only_context_before_the_anchor():
         torch.manual_seed(4)
         feats, toks = torch.randn(2, 30, E), torch.randint(0, 12, (2, 30))
         anchors = torch.tensor([[0, 5, 17], [3, 9, 20]])
-        out1, _ = model.forward_slots(feats, toks, anchors)
+        out1, _ = model.draft_at_anchors(feats, toks, anchors)
         feats2, toks2 = feats.clone(), toks.clone()
         feats2[0, 17:], toks2[0, 18:] = torch.randn(13, E), torch.randint(0, V, (12,))
-        out2, _ = model.forward_slots(feats2, toks2, anchors)
+        out2, _ = model.draft_at_anchors(feats2, toks2, anchors)
         torch.testing.assert_close(out1.vocab_lp[0, 2], out2.vocab_lp[0, 2])
         if out1.copy_lp is not None:
             torch.testing.assert_close(out1.copy_lp[0, 2], out2.copy_lp[0, 2])
@@ -151,7 +152,7 @@ def test_mixture_argmax_matches_full_scatter(attention):
     model = tiny_model(tiny_config(attention=attention))
     torch.manual_seed(5)
     feats, toks = torch.randn(2, 24, E), torch.randint(0, 10, (2, 24))
-    out, gate = model.forward_slots(feats, toks, torch.tensor([[4, 12, 20], [8, 15, 23]]))
+    out, gate = model.draft_at_anchors(feats, toks, torch.tensor([[4, 12, 20], [8, 15, 23]]))
     full = model.mixture_logprobs(out)
     assert torch.equal(model.mixture_argmax(out), full.argmax(-1))
     torch.testing.assert_close(full.exp().sum(-1), torch.ones(full.shape[:-1]))

@@ -15,12 +15,19 @@ import torch
 from hyflash_tiny import E, V, one_torch_thread, tiny_config  # noqa: F401 - autouse fixture
 
 from engine.drafters.base import Drafter
-from engine.drafters.hyflash import CARD_VERSION, HyFlashDrafter, NgramIndex, ngram_candidates
+from engine.drafters.hyflash import HyFlashDrafter
+from engine.drafters.hyflash_shared import (
+    CARD_VERSION,
+    DrafterConfig,
+    NgramIndex,
+    draft_memory_bytes,
+    ngram_candidates,
+    target_identity,
+)
 from engine.events import DrafterMismatchError
-from engine.hyflash.config import DrafterConfig, draft_memory_bytes
 from engine.hyflash.export import export_drafter
-from engine.hyflash.gguf_weights import target_identity, write_stand_in_gguf
-from engine.hyflash.model import HyFlashModel
+from engine.hyflash.gguf_weights import write_stand_in_gguf
+from engine.hyflash.model import HyFlashModel, SlotOutput
 
 VARIANTS = {
     "hyflash-mamba2": dict(memory="mamba2"),
@@ -211,15 +218,48 @@ def test_ngram_index_matches_training_tables():
     ids, match = ngram_candidates(tokens, n_slots=5, max_ngram=3)
     index = NgramIndex(3)
     for a, token in enumerate(tokens):
-        got_ids, got_match = index.lookup(token, 5)
+        got_ids, got_match = index.candidates(token, 5)
         assert np.array_equal(got_ids, ids[a]) and np.array_equal(got_match, match[a])
         index.observe([token])
     assert (match > 0).any() and (match == 3).any()
     # a continuation never runs past the anchor: "a b c a b" + anchor "c" -> "a b c"
     index = NgramIndex(3)
     index.observe([7, 8, 9, 7, 8])
-    cand, m = index.lookup(9, 4)
+    cand, m = index.candidates(9, 4)
     assert cand[:3].tolist() == [7, 8, 9] and m.tolist() == [3, 3, 3, 0]
+
+
+def test_training_and_run_time_break_mixture_ties_alike(stand_in, drafters):
+    """Exact ties in the mixture go to the lower target id on both sides: the torch model's
+    argmax (training accuracy) and the run time's (greedy drafts and argmax of the logits)."""
+    target, _, _ = stand_in
+    model, path = drafters["hyflash-mamba2"]
+    drafter = HyFlashDrafter.load(path, target)
+    vocab = model.draft_ids.numpy()
+    outside = np.setdiff1d(np.arange(V), vocab)  # copied ids with no vocabulary mass
+    lo, hi = vocab.min(), vocab.max()
+    assert outside.min() < hi and outside.max() > lo
+    tie = np.float32(np.log(0.25))
+    vocab_lp = np.full((3, len(vocab)), np.log(0.01), dtype=np.float32)
+    copy_lp = np.full((3, 3), -1e9, dtype=np.float32)
+    copy_ids = np.tile(outside[:3], (3, 1))
+    # row 0: the vocabulary winner ties a lower copied id -> the copied id
+    vocab_lp[0, np.argmax(vocab)] = tie
+    copy_ids[0, 0], copy_lp[0, 0] = outside.min(), tie
+    # row 1: two copied ids tie, the higher one first -> the lower one
+    copy_ids[1, :2], copy_lp[1, :2] = [outside[-1], outside[-2]], tie
+    # row 2: the vocabulary winner ties a higher copied id -> the vocabulary winner
+    vocab_lp[2, np.argmin(vocab)] = tie
+    copy_ids[2, 2], copy_lp[2, 2] = outside.max(), tie
+    want = [outside.min(), outside[-2], lo]
+    greedy, _ = drafter.mixture_argmax(vocab_lp, copy_lp, copy_ids)
+    logits = drafter.mix_logits(vocab_lp, copy_lp, copy_ids)
+    out = SlotOutput(
+        torch.from_numpy(vocab_lp), torch.from_numpy(copy_lp), torch.from_numpy(copy_ids)
+    )
+    assert greedy.tolist() == want
+    assert np.argmax(logits, axis=1).tolist() == want
+    assert model.mixture_argmax(out).tolist() == want
 
 
 def test_runtime_does_not_import_torch():

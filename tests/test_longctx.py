@@ -54,7 +54,7 @@ def test_long_training_prompts_never_reuse_a_benchmark_question(tokenizer_target
 
 
 def test_answer_files_default_to_the_committed_names_per_target():
-    from engine.hyflash.commands import DEFAULT_CORPUS, default_answers_path
+    from engine.data_paths import DEFAULT_CORPUS, default_answers_path
 
     # Benchmarks and RESULTS read these files: regenerating without --out must extend them,
     # not leave the committed ones stale beside a differently named new file.

@@ -24,7 +24,8 @@ import pytest
 from openai import OpenAI
 
 from engine.cli import main as cli_main
-from engine.server.app import ServerConfig, create_app
+from engine.server.app import create_app
+from engine.server.config import ServerConfig
 from engine.server.http import LocalServer, check_bind
 from engine.server.jobs import EngineThread
 from engine.server.middleware import RequestLog
@@ -110,7 +111,7 @@ def cli_generate(engine, *args: str) -> dict:
     covered by test_hyflash_serve_command): the reference the server must match."""
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
-        patch.setattr("engine.cli._load_engine", lambda _args: engine)
+        patch.setattr("engine.cli.load_engine", lambda _args: engine)
         code = cli_main(
             ["generate", "--json", "--temperature", "0", "--max-tokens", str(MAX_TOKENS), *args]
         )
@@ -283,6 +284,9 @@ BAD_CHAT = {
     "no messages": ({"model": "M", "messages": []}, 400, "invalid_value"),
     "max_tokens 0": (chat("M", max_tokens=0), 400, "invalid_value"),
     "temperature 5": (chat("M", temperature=5), 400, "invalid_value"),
+    "temperature -1": (chat("M", temperature=-1), 400, "invalid_value"),
+    "top_p 5": (chat("M", top_p=5), 400, "invalid_value"),
+    "top_p 0": (chat("M", top_p=0), 400, "invalid_value"),
     "five stop strings": (chat("M", stop=["a", "b", "c", "d", "e"]), 400, "invalid_value"),
     "unknown role": (
         {"model": "M", "messages": [{"role": "wizard", "content": "Hi"}]},

@@ -24,7 +24,7 @@ def folder():
 
 
 def test_shipped_card_fits_the_embedded_target(folder, model_path):
-    from engine.hyflash.gguf_weights import file_sha256
+    from engine.drafters.hyflash_shared import file_sha256
 
     card = json.loads((folder / "card.json").read_text())
     assert folder.name == DRAFTER_ID
@@ -65,7 +65,7 @@ def test_shipped_drafter_quality_on_held_out_answers(tmp_path):
     """Walked tau on 12 held-out answers spread over the six eval sets. Measured on all 72:
     HyFlash 2.30, n-gram 2.14 at B=16; an untrained or misaligned drafter stays near 1."""
     from engine.cli import main
-    from engine.hyflash.commands import EVAL_CORPUS
+    from engine.data_paths import EVAL_CORPUS
 
     lines = EVAL_CORPUS.read_text().splitlines()
     subset = tmp_path / "answers.jsonl"

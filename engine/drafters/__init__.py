@@ -4,4 +4,6 @@ from engine.drafters.base import Draft, Drafter
 from engine.drafters.ngram import NgramDrafter
 from engine.drafters.none import NoDrafter
 
-__all__ = ["Draft", "Drafter", "NgramDrafter", "NoDrafter"]
+DRAFTER_CHOICES = ("none", "ngram", "hyflash")  # the built-in drafters, simplest first
+
+__all__ = ["DRAFTER_CHOICES", "Draft", "Drafter", "NgramDrafter", "NoDrafter"]

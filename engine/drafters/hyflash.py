@@ -24,82 +24,20 @@ import onnxruntime as ort
 
 from engine.backends import CPU_EP, create_session
 from engine.drafters.base import Draft
+from engine.drafters.hyflash_shared import (
+    CARD,
+    CARD_FORMAT,
+    CARD_VERSION,
+    DRAFT_VOCAB,
+    OBSERVE_ONNX,
+    PROPOSE_ONNX,
+    DrafterConfig,
+    EmbeddingRows,
+    NgramIndex,
+    draft_memory_bytes,
+    file_sha256,
+)
 from engine.events import DrafterMismatchError
-from engine.hyflash.config import DrafterConfig, draft_memory_bytes
-from engine.hyflash.gguf_weights import EmbeddingRows, file_sha256
-
-CARD = "card.json"
-CARD_FORMAT = "hyflash-drafter"
-CARD_VERSION = 2  # 2: the propose graph takes `slots` (score only those); 1 still reads
-PROPOSE_ONNX = "model_propose.onnx"
-OBSERVE_ONNX = "model_observe.onnx"
-DRAFT_VOCAB = "draft_vocab.npy"
-WEIGHT_VARIANTS = ("fp32", "int8", "int4")
-
-
-# ----- n-gram lookup candidates (shared with training) ------------------------------------
-
-
-class NgramIndex:
-    """Most recent occurrence of every n-gram (n <= max_ngram) of the committed tokens.
-
-    lookup(anchor) matches the longest n-gram ending with the anchor at an earlier position e
-    and returns the tokens that followed it, e+1..e+n_slots (the anchor itself is the last
-    token they may reach), with the matched length per slot (0 = no candidate)."""
-
-    def __init__(self, max_ngram: int = 3) -> None:
-        self.max_ngram = max_ngram
-        self.reset()
-
-    def reset(self) -> None:
-        self.history: list[int] = []
-        self.index: dict[tuple[int, ...], int] = {}  # n-gram -> end position of last occurrence
-
-    def observe(self, tokens: Sequence[int]) -> None:
-        hist = self.history
-        for token in tokens:
-            hist.append(int(token))
-            end = len(hist) - 1
-            for n in range(1, min(self.max_ngram, end + 1) + 1):
-                self.index[tuple(hist[end - n + 1 : end + 1])] = end
-
-    def lookup(self, anchor: int, n_slots: int) -> tuple[np.ndarray, np.ndarray]:
-        ids = np.zeros(n_slots, dtype=np.int64)
-        match = np.zeros(n_slots, dtype=np.int64)
-        hist = self.history
-        a = len(hist)  # the anchor's position
-        for n in range(min(self.max_ngram, a + 1), 0, -1):
-            key = (*hist[a - n + 1 :], int(anchor)) if n > 1 else (int(anchor),)
-            end = self.index.get(key)
-            if end is None:
-                continue
-            for k in range(1, n_slots + 1):
-                p = end + k
-                if p > a:
-                    break
-                ids[k - 1] = hist[p] if p < a else int(anchor)
-                match[k - 1] = n
-            break
-        return ids, match
-
-    def nbytes(self) -> int:
-        return 4 * len(self.history) + 16 * len(self.index)
-
-
-def ngram_candidates(
-    tokens: Sequence[int], n_slots: int, max_ngram: int = 3
-) -> tuple[np.ndarray, np.ndarray]:
-    """Lookup candidates for every anchor position of a sequence (training tables):
-    (T, n_slots) ids and match lengths, row a = NgramIndex over tokens[:a], anchor tokens[a]."""
-    tokens = [int(t) for t in tokens]
-    ids = np.zeros((len(tokens), n_slots), dtype=np.int64)
-    match = np.zeros((len(tokens), n_slots), dtype=np.int64)
-    index = NgramIndex(max_ngram)
-    for a, token in enumerate(tokens):
-        ids[a], match[a] = index.lookup(token, n_slots)
-        index.observe([token])
-    return ids, match
-
 
 # ----- confidence buckets for the block-size chooser ------------------------------------
 
@@ -424,6 +362,7 @@ class HyFlashDrafter:
         # every copied id's total: its copy mass (all entries with that id, summed by a sort,
         # not an (L x L) comparison: full attention copies from thousands of entries) plus
         # its draft-vocabulary probability; ties go to the lower id, as argmax over mix_logits
+        # and the training side's HyFlashModel.mixture_argmax
         vocab = self.cfg.vocab_size
         flat = (rows[:, None] * vocab + copy_ids).ravel()
         uniq, inv = np.unique(flat, return_inverse=True)
@@ -480,7 +419,7 @@ class HyFlashDrafter:
             feeds["state"] = self._state
         cand_ids = None
         if cfg.copy:
-            cand_ids, match = self.ngram.lookup(anchor, n_slots)
+            cand_ids, match = self.ngram.candidates(anchor, n_slots)
             feeds["cand_emb"] = self.embed(cand_ids)[None]
             feeds["cand_match"] = match[None]
             feeds["ctx_ptr"] = self._ptr[None, :length]

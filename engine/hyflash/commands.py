@@ -9,20 +9,21 @@ from pathlib import Path
 
 import numpy as np
 
-DISTILL_ROOT = Path("data/distill")
-DEFAULT_CORPUS = DISTILL_ROOT / "smollm2-135m-instruct" / "answers.jsonl"
-EVAL_CORPUS = DISTILL_ROOT / "smollm2-135m-instruct" / "eval_answers.jsonl"
-CONVERSATIONS_CORPUS = Path("runs/data/sharegpt-answers.jsonl")  # rebuilt in seconds
-
-
-def default_answers_path(model_id: str, split: str, bucket: str) -> Path:
-    """Where `data generate` writes by default: a folder per target (answers are appended by
-    key, so another model's answers must never land in this one's file), long-context files
-    named by split and bucket (long_2048-4096.jsonl), as the committed ones are."""
-    folder = DISTILL_ROOT / model_id
-    if split in ("long", "long-train"):
-        return folder / f"{split}_{bucket}.jsonl"
-    return folder / ("answers.jsonl" if split == "train" else "eval_answers.jsonl")
+from engine.data_paths import (
+    CONVERSATIONS_CORPUS,
+    DEFAULT_CORPUS,
+    DISTILL_ROOT,
+    EVAL_CORPUS,
+    default_answers_path,
+)
+from engine.drafters.hyflash_shared import (
+    ATTENTION_KINDS,
+    HISTORY_KINDS,
+    MEMORY_KINDS,
+    DrafterConfig,
+    GGUFIndex,
+    target_identity,
+)
 
 
 def selected_prompts(args: argparse.Namespace, target) -> tuple[list, int]:
@@ -512,63 +513,95 @@ def _corpus_with_features(
     return tokens[:n], prompt_lens[:n], keys[:n], feats[:n], labels
 
 
-def cmd_train(args: argparse.Namespace) -> int:
+def _training_corpus(args: argparse.Namespace, gguf: Path) -> tuple[list, ...]:
+    """(tokens, prompt_lens, keys, features, labels or None) of --corpus, with --extra-corpus
+    appended (always labelled by the target: it did not write that text)."""
+    tokens, prompt_lens, keys, feats, labels = _corpus_with_features(
+        Path(args.corpus), args.labels == "target", args, gguf, args.cache, args.max_answers
+    )
+    if not tokens or not args.extra_corpus:
+        return tokens, prompt_lens, keys, feats, labels
+    more = _corpus_with_features(Path(args.extra_corpus), True, args, gguf, None, None)
+    return (
+        [*tokens, *more[0]],
+        [*prompt_lens, *more[1]],
+        [*keys, *more[2]],
+        [*feats, *more[3]],
+        [*(labels if labels is not None else tokens), *more[4]],
+    )
+
+
+def _drafter_config(args: argparse.Namespace, gguf: Path) -> DrafterConfig:
+    """--config, or the knobs on the command line for this target's vocabulary and width."""
+    if args.config:
+        return DrafterConfig.load(args.config)
+    vocab, hidden = _embedding_shape(gguf)  # the target's, not the default model's
+    return DrafterConfig(
+        hidden_size=hidden,
+        feature_dim=hidden,
+        vocab_size=vocab,
+        d_model=args.d_model,
+        n_layers=args.layers,
+        n_heads=args.heads,
+        window=args.window,
+        block_size=args.block_size,
+        attention=args.attention,
+        memory=args.memory,
+        history=args.history,
+        cross_slot=not args.no_cross_slot,
+        copy=not args.no_copy,
+        draft_vocab_size=args.draft_vocab,
+    )
+
+
+def _write_run_info(out: Path, cfg: DrafterConfig, args, tokens, answer_tokens, split) -> None:
+    """config.json and data.json of a run folder (export copies data.json into the card)."""
     import json
 
+    out.mkdir(parents=True, exist_ok=True)
+    cfg.save(out / "config.json")
+    info = {
+        "corpus": str(args.corpus),
+        "answers": len(tokens),
+        "train": len(split[0]),
+        "val": len(split[1]),
+        "tokens": int(sum(len(t) for t in tokens)),
+        "answer_tokens": int(sum(len(a) for a in answer_tokens)),
+        "extra_corpus": args.extra_corpus,
+    }
+    (out / "data.json").write_text(json.dumps(info, indent=2))
+
+
+def cmd_train(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
-    from engine.hyflash.config import DrafterConfig, select_draft_vocab
     from engine.hyflash.model import HyFlashModel
-    from engine.hyflash.train import Sequences, TrainConfig, init_distributed, train
+    from engine.hyflash.train import (
+        Sequences,
+        TrainConfig,
+        init_distributed,
+        select_draft_vocab,
+        train,
+    )
     from engine.models import resolve_target
 
     rank, world = init_distributed()
     _, gguf = resolve_target(args.model)
     out = Path(args.out)
-    tokens, prompt_lens, keys, feats, labels = _corpus_with_features(
-        Path(args.corpus), args.labels == "target", args, gguf, args.cache, args.max_answers
-    )
+    tokens, prompt_lens, keys, feats, labels = _training_corpus(args, gguf)
     if not tokens:
         print(f"error: no usable answers in {args.corpus}", file=sys.stderr)
         return 2
-    if args.extra_corpus:  # text the target did not write: always its own predictions
-        more = _corpus_with_features(Path(args.extra_corpus), True, args, gguf, None, None)
-        labels = [*(labels if labels is not None else tokens), *more[4]]
-        tokens, prompt_lens, keys, feats = (
-            [*tokens, *more[0]],
-            [*prompt_lens, *more[1]],
-            [*keys, *more[2]],
-            [*feats, *more[3]],
-        )
-    data = Sequences([t for t in tokens], feats, prompt_lens, labels)
+    data = Sequences(tokens, feats, prompt_lens, labels)
     train_idx, val_idx = _split_val(keys, args.val_frac)
-    if args.config:
-        cfg = DrafterConfig.load(args.config)
-    else:
-        vocab, hidden = _embedding_shape(gguf)  # the target's, not the default model's
-        cfg = DrafterConfig(
-            hidden_size=hidden,
-            feature_dim=hidden,
-            vocab_size=vocab,
-            d_model=args.d_model,
-            n_layers=args.layers,
-            n_heads=args.heads,
-            window=args.window,
-            block_size=args.block_size,
-            attention=args.attention,
-            memory=args.memory,
-            history=args.history,
-            cross_slot=not args.no_cross_slot,
-            copy=not args.no_copy,
-            draft_vocab_size=args.draft_vocab,
-        )
+    cfg = _drafter_config(args, gguf)
     # what the slots must predict: the target's labels where the text is not its own
     answer_tokens = [t[p:] for t, p in zip(labels or tokens, prompt_lens, strict=True)]
-    eog = _eog_ids(gguf)
     draft_ids = None
     if cfg.draft_vocab_size:
         corpus_ids = [int(x) for i in train_idx for x in answer_tokens[i]]
+        eog = _eog_ids(gguf)
         draft_ids = select_draft_vocab(corpus_ids, cfg.draft_vocab_size, cfg.vocab_size, eog)
     torch.manual_seed(args.seed)  # same initial weights in every process and every rerun
     model = HyFlashModel.from_gguf(cfg, gguf, draft_ids)
@@ -584,30 +617,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         threads=args.threads,
     )
     if rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
-        cfg.save(out / "config.json")
-        (out / "data.json").write_text(
-            json.dumps(
-                {
-                    "corpus": str(args.corpus),
-                    "answers": len(tokens),
-                    "train": len(train_idx),
-                    "val": len(val_idx),
-                    "tokens": int(sum(len(t) for t in tokens)),
-                    "answer_tokens": int(sum(len(a) for a in answer_tokens)),
-                    "extra_corpus": args.extra_corpus,
-                },
-                indent=2,
-            )
-        )
-    history = train(
-        model,
-        data.subset(train_idx),
-        data.subset(val_idx) if val_idx else None,
-        tcfg,
-        out,
-        show_progress=not args.quiet,
-    )
+        _write_run_info(out, cfg, args, tokens, answer_tokens, (train_idx, val_idx))
+    val = data.subset(val_idx) if val_idx else None
+    history = train(model, data.subset(train_idx), val, tcfg, out, show_progress=not args.quiet)
     if rank == 0 and history:
         print(f"final loss {history[-1]['loss']:.4f} after {len(history)} steps")
     if world > 1:
@@ -616,8 +628,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _embedding_shape(gguf: Path) -> tuple[int, int]:
-    from engine.hyflash.gguf_weights import GGUFIndex
-
     with GGUFIndex(gguf) as index:
         return index.embedding_shape()
 
@@ -634,9 +644,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     import torch
 
-    from engine.hyflash.config import DrafterConfig
     from engine.hyflash.export import export_drafter
-    from engine.hyflash.gguf_weights import target_identity
     from engine.hyflash.model import HyFlashModel
     from engine.models import resolve_target
 
@@ -695,17 +703,17 @@ def add_train_parsers(sub) -> None:
     tr.add_argument("--model", default=None)
     tr.add_argument("--cache", default=None, help="feature cache folder")
     tr.add_argument("--config", default=None, help="DrafterConfig JSON (overrides the knobs)")
-    tr.add_argument("--d-model", type=int, default=384)
-    tr.add_argument("--layers", type=int, default=1)
-    tr.add_argument("--heads", type=int, default=6)
-    tr.add_argument("--window", type=int, default=64)
-    tr.add_argument("--block-size", type=int, default=8)
-    tr.add_argument("--attention", default="local", choices=["local", "full"])
-    tr.add_argument("--memory", default="mamba2", choices=["mamba2", "gdn", "none"])
-    tr.add_argument("--history", default="all", choices=["all", "last512", "last1"])
+    tr.add_argument("--d-model", type=int, default=DrafterConfig.d_model)
+    tr.add_argument("--layers", type=int, default=DrafterConfig.n_layers)
+    tr.add_argument("--heads", type=int, default=DrafterConfig.n_heads)
+    tr.add_argument("--window", type=int, default=DrafterConfig.window)
+    tr.add_argument("--block-size", type=int, default=DrafterConfig.block_size)
+    tr.add_argument("--attention", default=DrafterConfig.attention, choices=ATTENTION_KINDS)
+    tr.add_argument("--memory", default=DrafterConfig.memory, choices=MEMORY_KINDS)
+    tr.add_argument("--history", default=DrafterConfig.history, choices=HISTORY_KINDS)
     tr.add_argument("--no-cross-slot", action="store_true")
     tr.add_argument("--no-copy", action="store_true")
-    tr.add_argument("--draft-vocab", type=int, default=8192)
+    tr.add_argument("--draft-vocab", type=int, default=DrafterConfig.draft_vocab_size)
     tr.add_argument("--steps", type=int, default=2000)
     tr.add_argument("--batch", type=int, default=8)
     tr.add_argument("--anchors", type=int, default=16)

@@ -34,16 +34,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from engine.drafters.hyflash import (
-    CARD,
-    CARD_FORMAT,
-    CARD_VERSION,
-    DRAFT_VOCAB,
-    OBSERVE_ONNX,
-    PROPOSE_ONNX,
-)
-from engine.hyflash.config import DrafterConfig, draft_memory_bytes
-from engine.hyflash.gguf_weights import TargetIdentity
+from engine.drafters import hyflash_shared
+from engine.drafters.hyflash_shared import DrafterConfig, TargetIdentity, draft_memory_bytes
 from engine.hyflash.model import HyFlashModel
 
 OPSET = 18
@@ -107,7 +99,7 @@ class ProposeGraph(nn.Module):
             cand_emb, cand_match, ctx_ptr = cand_emb[:, None], cand_match[:, None], ctx_ptr[:, None]
         slot_x = m.slot_inputs(anchor_emb, cand_emb, cand_match)
         st = state[:, None] if state is not None else None
-        vocab_lp, copy_lp, _ = m.slots_forward(
+        vocab_lp, copy_lp, _ = m.run_block(
             slot_x,
             slot_pos,
             kv,
@@ -227,7 +219,10 @@ def export_onnx(model: HyFlashModel, out_dir: str | Path) -> dict[str, Path]:
         "ctx_ptr": {1: l_dim},
         "slots": {0: s_dim},
     }
-    paths = {"observe": out / OBSERVE_ONNX, "propose": out / PROPOSE_ONNX}
+    paths = {
+        "observe": out / hyflash_shared.OBSERVE_ONNX,
+        "propose": out / hyflash_shared.PROPOSE_ONNX,
+    }
     old = model.memory.inverse_method if model.memory is not None else None
     try:
         if model.memory is not None:
@@ -285,7 +280,7 @@ def export_drafter(
 ) -> Path:
     """Write the run-time folder: fp32 graphs (+ "int8" / "int4" variants), draft_vocab.npy,
     card.json. `target` is the identity of the GGUF the model was trained against
-    (gguf_weights.target_identity(path)); `data` describes the training data; `metrics`
+    (hyflash_shared.target_identity(path)); `data` describes the training data; `metrics`
     whatever the evaluation measured (tau per block size, slot accuracy, ...)."""
     cfg = model.cfg
     out = Path(out_dir)
@@ -299,15 +294,15 @@ def export_drafter(
             dst = src.with_suffix(f".{kind}.onnx")
             fn(src, dst)
             files[graph][kind] = dst.name
-    np.save(out / DRAFT_VOCAB, model.draft_ids.cpu().numpy().astype(np.int64))
+    np.save(out / hyflash_shared.DRAFT_VOCAB, model.draft_ids.cpu().numpy().astype(np.int64))
     ident = target.to_dict() if isinstance(target, TargetIdentity) else dict(target)
     if ident.get("vocab_size") != cfg.vocab_size or ident.get("hidden_size") != cfg.hidden_size:
         raise ValueError("the target identity does not match the model's config")
     import onnxruntime
 
     card = {
-        "format": CARD_FORMAT,
-        "format_version": CARD_VERSION,
+        "format": hyflash_shared.CARD_FORMAT,
+        "format_version": hyflash_shared.CARD_VERSION,
         "name": name,
         "variant": cfg.variant,
         "target": ident,
@@ -323,5 +318,5 @@ def export_drafter(
         "exported": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "versions": {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__},
     }
-    (out / CARD).write_text(json.dumps(card, indent=2), encoding="utf-8")
+    (out / hyflash_shared.CARD).write_text(json.dumps(card, indent=2), encoding="utf-8")
     return out

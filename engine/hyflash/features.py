@@ -120,6 +120,95 @@ def _torch_rows(target, tokens: list[np.ndarray], batch: list[int], with_labels:
     return {j: (o.features, o.next_tokens) for j, o in zip(batch, outs, strict=True)}
 
 
+def _cache_index(
+    tokens: list[np.ndarray], gguf_path: Path, index_path: Path, with_labels: bool, source: str
+) -> tuple[dict, bool]:
+    """(index, whether it had digests before): the cache's index.json when it holds these
+    sequences, else a fresh one (done = 0)."""
+    total = sum(len(t) for t in tokens)
+    fingerprint = f"{gguf_path.name}:{len(tokens)}:{total}" + (":labels" if with_labels else "")
+    if source != "llama":  # llama caches keep their old fingerprint (still valid)
+        fingerprint += f":{source}"
+    index = json.loads(index_path.read_text()) if index_path.exists() else {}
+    digests = [sequence_digest(t) for t in tokens]
+    # same keys and lengths but other tokens (answers regenerated under the same keys) would
+    # otherwise pass the fingerprint and serve the old sequences' features
+    if index.get("fingerprint") != fingerprint or index.get("digests", digests) != digests:
+        index = {"fingerprint": fingerprint, "done": 0}
+    had_digests = "digests" in index
+    index["digests"] = digests
+    index["lengths"] = [len(t) for t in tokens]
+    index["source"] = source
+    return index, had_digests
+
+
+def _open_source(
+    missing: list[int], gguf_path: Path, source: str, threads: int | None, device: str
+):
+    """The target that computes the missing sequences' features (None when there are none)."""
+    if not missing:
+        return None
+    if source == "llama":
+        from engine.target import LlamaTarget
+
+        return LlamaTarget(gguf_path, n_ctx=max(missing) + 8, features=True, n_threads=threads)
+    from engine.hyflash.torch_target import TorchTarget
+
+    dtype = source.removeprefix("torch-")
+    return TorchTarget(gguf_path, dtype=dtype, device=device, threads=threads)
+
+
+def _fill(
+    tokens: list[np.ndarray],
+    offsets: np.ndarray,
+    index: dict,
+    index_path: Path,
+    stores: tuple[np.memmap, np.memmap | None],
+    sources: tuple[object, dict[str, tuple]],
+    *,
+    progress,
+    save_every_s: float,
+    batch_tokens: int,
+) -> None:
+    """Compute (or copy from another cache) the sequences from index["done"] on, saving the
+    stores and the index every 50 sequences or every save_every_s seconds."""
+    store, labels = stores
+    target, reuse = sources
+    with_labels = labels is not None
+    pending: dict[int, tuple] = {}  # torch: rows of a batch computed ahead of the loop
+    saved_at = time.monotonic()
+    for i in range(index["done"], len(tokens)):
+        seq = tokens[i].tolist()
+        lo, hi = offsets[i], offsets[i + 1]
+        known = reuse.get(index["digests"][i])
+        if known is not None:
+            src_feats, src_labels, at, length = known
+            store[lo:hi] = src_feats[at : at + length]
+            if labels is not None:
+                labels[lo:hi] = src_labels[at : at + length]
+        else:
+            if index["source"] == "llama":
+                feats, preds = llama_rows(target, seq, with_labels)
+            else:
+                if i not in pending:
+                    batch = _next_batch(i, tokens, index["digests"], reuse, batch_tokens)
+                    pending = _torch_rows(target, tokens, batch, with_labels)
+                feats, preds = pending.pop(i)
+            store[lo:hi] = feats
+            if labels is not None:
+                labels[lo:hi] = [seq[0], *preds[: len(seq) - 1]]
+        # every 50 sequences, or every minute: one long-context sequence takes about that
+        if i % 50 == 49 or i == len(tokens) - 1 or time.monotonic() - saved_at >= save_every_s:
+            saved_at = time.monotonic()
+            store.flush()
+            if labels is not None:
+                labels.flush()
+            index["done"] = i + 1
+            _write_index(index_path, index)
+        if progress:
+            progress(i + 1, len(tokens))
+
+
 def feature_cache(
     tokens: list[np.ndarray],
     gguf_path: Path,
@@ -143,25 +232,11 @@ def feature_cache(
 
     source: "llama" (llama.cpp prefill) or "torch-fp32" / "torch-bf16" (resolve_source; the
     GGUF in torch on `device`, consecutive sequences batched up to batch_tokens padded)."""
-    from engine.target import LlamaTarget
-
     cache_dir.mkdir(parents=True, exist_ok=True)
     offsets = np.concatenate([[0], np.cumsum([len(t) for t in tokens])])
     total = int(offsets[-1])
     index_path = cache_dir / "index.json"
-    fingerprint = f"{gguf_path.name}:{len(tokens)}:{total}" + (":labels" if with_labels else "")
-    if source != "llama":  # llama caches keep their old fingerprint (still valid)
-        fingerprint += f":{source}"
-    index = json.loads(index_path.read_text()) if index_path.exists() else {}
-    digests = [sequence_digest(t) for t in tokens]
-    # same keys and lengths but other tokens (answers regenerated under the same keys) would
-    # otherwise pass the fingerprint and serve the old sequences' features
-    if index.get("fingerprint") != fingerprint or index.get("digests", digests) != digests:
-        index = {"fingerprint": fingerprint, "done": 0}
-    had_digests = "digests" in index
-    index["digests"] = digests
-    index["lengths"] = [len(t) for t in tokens]
-    index["source"] = source
+    index, had_digests = _cache_index(tokens, gguf_path, index_path, with_labels, source)
     mode = "r+" if (cache_dir / "features.f16").exists() and index["done"] else "w+"
     target = None
     reuse: dict[str, tuple] = {}
@@ -169,19 +244,10 @@ def feature_cache(
         reuse = _reusable(gguf_path, cache_dir, with_labels, source)
         todo = range(index["done"], len(tokens))
         missing = [index["lengths"][i] for i in todo if index["digests"][i] not in reuse]
-        if not missing:
-            index["n_embd"] = next(iter(reuse.values()))[0].shape[1]
-        elif source == "llama":
-            target = LlamaTarget(
-                gguf_path, n_ctx=max(missing) + 8, features=True, n_threads=threads
-            )
-        else:
-            from engine.hyflash.torch_target import TorchTarget
-
-            dtype = source.removeprefix("torch-")
-            target = TorchTarget(gguf_path, dtype=dtype, device=device, threads=threads)
-        if target is not None:
-            index["n_embd"] = target.n_embd
+        target = _open_source(missing, gguf_path, source, threads, device)
+        index["n_embd"] = (
+            target.n_embd if target is not None else next(iter(reuse.values()))[0].shape[1]
+        )
     store = np.memmap(
         cache_dir / "features.f16", dtype=np.float16, mode=mode, shape=(total, int(index["n_embd"]))
     )
@@ -190,39 +256,18 @@ def feature_cache(
         if with_labels
         else None
     )
-    pending: dict[int, tuple] = {}  # torch: rows of a batch computed ahead of the loop
-    saved_at = time.monotonic()
     try:
-        for i in range(index["done"], len(tokens)):
-            seq = tokens[i].tolist()
-            lo, hi = offsets[i], offsets[i + 1]
-            known = reuse.get(index["digests"][i])
-            if known is not None:
-                src_feats, src_labels, at, length = known
-                store[lo:hi] = src_feats[at : at + length]
-                if labels is not None:
-                    labels[lo:hi] = src_labels[at : at + length]
-            else:
-                if source == "llama":
-                    feats, preds = llama_rows(target, seq, with_labels)
-                else:
-                    if i not in pending:
-                        batch = _next_batch(i, tokens, index["digests"], reuse, batch_tokens)
-                        pending = _torch_rows(target, tokens, batch, with_labels)
-                    feats, preds = pending.pop(i)
-                store[lo:hi] = feats
-                if labels is not None:
-                    labels[lo:hi] = [seq[0], *preds[: len(seq) - 1]]
-            # every 50 sequences, or every minute: one long-context sequence takes about that
-            if i % 50 == 49 or i == len(tokens) - 1 or time.monotonic() - saved_at >= save_every_s:
-                saved_at = time.monotonic()
-                store.flush()
-                if labels is not None:
-                    labels.flush()
-                index["done"] = i + 1
-                _write_index(index_path, index)
-            if progress:
-                progress(i + 1, len(tokens))
+        _fill(
+            tokens,
+            offsets,
+            index,
+            index_path,
+            (store, labels),
+            (target, reuse),
+            progress=progress,
+            save_every_s=save_every_s,
+            batch_tokens=batch_tokens,
+        )
     finally:
         if target is not None:
             target.close()

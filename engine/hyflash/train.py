@@ -17,7 +17,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -64,6 +64,24 @@ class TrainConfig:
     ckpt_every: int = 250
     val_anchors: int = 32
     threads: int = 1
+
+
+def select_draft_vocab(
+    token_ids: Iterable[int] | np.ndarray, size: int, vocab_size: int, always: Iterable[int] = ()
+) -> np.ndarray:
+    """The draft vocabulary: `always` (e.g. end-of-generation ids) then the most frequent ids
+    of a corpus (ties: lower id), padded with the lowest unused ids; sorted, int64."""
+    if size > vocab_size:
+        raise ValueError(f"a draft vocabulary of {size} exceeds the vocabulary {vocab_size}")
+    ids = (
+        np.fromiter(token_ids, dtype=np.int64)
+        if not isinstance(token_ids, np.ndarray)
+        else (token_ids.astype(np.int64).ravel())
+    )
+    counts = np.bincount(ids, minlength=vocab_size)[:vocab_size]
+    order = np.lexsort((np.arange(vocab_size), -counts))  # count descending, then id
+    chosen = list(dict.fromkeys([*(int(t) for t in always), *order.tolist()]))[:size]
+    return np.sort(np.asarray(chosen, dtype=np.int64))
 
 
 # ----- batches --------------------------------------------------------------------------------
@@ -187,6 +205,55 @@ def save_checkpoint(path: Path, model, opt, step: int, history: list[dict]) -> N
     os.replace(tmp, path)
 
 
+def _resume(ckpt: Path, model: HyFlashModel, opt, log) -> tuple[int, list[dict]]:
+    """(step, history) of out_dir/checkpoint.pt loaded into model and opt; (0, []) fresh."""
+    if not ckpt.exists():
+        return 0, []
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    log(f"resumed from step {state['step']}")
+    return state["step"], state["history"]
+
+
+def _step_batch(train_data: Sequences, tcfg: TrainConfig, step: int) -> dict:
+    """This rank's slice of the step's global batch: the same on every rank (seeded by step)."""
+    rank, world = _world()
+    per_rank = tcfg.batch_seqs // world
+    rng = np.random.default_rng([tcfg.seed, step])
+    global_idx = rng.choice(
+        len(train_data), size=tcfg.batch_seqs, replace=len(train_data) < tcfg.batch_seqs
+    )
+    global_anchors = sample_anchors(train_data, global_idx, tcfg.anchors_per_seq, rng)
+    mine = slice(rank * per_rank, (rank + 1) * per_rank)
+    return make_batch(train_data, global_idx[mine].tolist(), global_anchors[mine])
+
+
+def _optimize(model: HyFlashModel, forward, opt, params, b: dict, clip: float) -> tuple:
+    """One optimizer step on batch b: (global-batch loss, gradient norm)."""
+    out = forward(b["features"], b["tokens"], b["anchors"], b["lengths"], b["labels"])
+    use = (out.target_valid & out.reachable).float()
+    w_local = (use * model.slot_weight).sum()
+    w_global = _all_sum(w_local.detach())
+    # DDP averages gradients over ranks: scale so the sum equals the global-batch loss
+    objective = out.loss * w_local / w_global.clamp(min=1e-6) * _world()[1]
+    opt.zero_grad(set_to_none=True)
+    objective.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
+    opt.step()
+    loss = float(_all_sum((out.loss * w_local).detach()) / w_global.clamp(min=1e-6))
+    return loss, float(grad_norm)
+
+
+def _save(out_dir: Path, model, opt, step: int, history: list[dict]) -> None:
+    save_checkpoint(out_dir / "checkpoint.pt", model, opt, step, history)
+    # small corpora overfit: keep the weights that validated best as well
+    vals = [h["val"]["tau_estimate"] for h in history if "val" in h]
+    if vals and vals[-1] >= max(vals):
+        save_checkpoint(out_dir / "best.pt", model, opt, step, history)
+    (out_dir / "history.json").write_text(json.dumps(history))
+
+
 def train(
     model: HyFlashModel,
     train_data: Sequences,
@@ -208,53 +275,27 @@ def train(
     torch.manual_seed(tcfg.seed)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=tcfg.lr, weight_decay=tcfg.weight_decay, betas=(0.9, 0.95))
-    ddp = torch.nn.parallel.DistributedDataParallel(_TrainForward(model)) if world > 1 else None
-    ckpt = out_dir / "checkpoint.pt"
-    step, history = 0, []
-    if ckpt.exists():
-        state = torch.load(ckpt, map_location="cpu", weights_only=False)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        step, history = state["step"], state["history"]
-        log(f"resumed from step {step}")
-    per_rank = tcfg.batch_seqs // world
+    forward = (
+        torch.nn.parallel.DistributedDataParallel(_TrainForward(model))
+        if world > 1
+        else _TrainForward(model)
+    )
+    step, history = _resume(out_dir / "checkpoint.pt", model, opt, log)
     bar = tqdm(total=tcfg.steps, initial=step, disable=not show_progress or rank != 0, unit="step")
     tokens_seen, t0 = 0, time.perf_counter()
     while step < tcfg.steps:
-        # the same global batch on every rank (seeded by step), each rank takes its slice
-        rng = np.random.default_rng([tcfg.seed, step])
-        global_idx = rng.choice(
-            len(train_data), size=tcfg.batch_seqs, replace=len(train_data) < tcfg.batch_seqs
-        )
-        global_anchors = sample_anchors(train_data, global_idx, tcfg.anchors_per_seq, rng)
-        mine = slice(rank * per_rank, (rank + 1) * per_rank)
-        b = make_batch(train_data, global_idx[mine].tolist(), global_anchors[mine])
+        b = _step_batch(train_data, tcfg, step)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, tcfg)
-        if ddp is not None:
-            out = ddp(b["features"], b["tokens"], b["anchors"], b["lengths"], b["labels"])
-        else:
-            out = model.forward_train(
-                b["features"], b["tokens"], b["anchors"], lengths=b["lengths"], labels=b["labels"]
-            )
-        use = (out.target_valid & out.reachable).float()
-        w_local = (use * model.slot_weight).sum()
-        w_global = _all_sum(w_local.detach())
-        # DDP averages gradients over ranks: scale so the sum equals the global-batch loss
-        objective = out.loss * w_local / w_global.clamp(min=1e-6) * world
-        opt.zero_grad(set_to_none=True)
-        objective.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, tcfg.clip)
-        opt.step()
+        loss, grad_norm = _optimize(model, forward, opt, params, b, tcfg.clip)
         step += 1
-        loss = float(_all_sum((out.loss * w_local).detach()) / w_global.clamp(min=1e-6))
         tokens_seen += int(b["anchors"].numel()) * world
         rate = tokens_seen / (time.perf_counter() - t0)
         record = {
             "step": step,
             "loss": loss,
             "lr": lr_at(step - 1, tcfg),
-            "grad_norm": float(grad_norm),
+            "grad_norm": grad_norm,
             "anchors_per_s": rate,
         }
         bar.update(1)
@@ -269,12 +310,7 @@ def train(
                 )
         history.append(record)
         if rank == 0 and (step % tcfg.ckpt_every == 0 or step == tcfg.steps):
-            save_checkpoint(ckpt, model, opt, step, history)
-            # small corpora overfit: keep the weights that validated best as well
-            vals = [h["val"]["tau_estimate"] for h in history if "val" in h]
-            if vals and vals[-1] >= max(vals):
-                save_checkpoint(out_dir / "best.pt", model, opt, step, history)
-            (out_dir / "history.json").write_text(json.dumps(history))
+            _save(out_dir, model, opt, step, history)
     bar.close()
     if rank == 0:
         (out_dir / "train_config.json").write_text(json.dumps(asdict(tcfg), indent=2))

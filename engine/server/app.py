@@ -20,7 +20,8 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.sse import EventSourceResponse, format_sse_event
 from starlette.background import BackgroundTask
 
-from engine.events import ErrorEvent, Finished, TextDelta
+from engine.events import ErrorEvent, Finished, GenerationSettings, TextDelta
+from engine.server.config import ServerConfig
 from engine.server.errors import EXCEPTION_HANDLERS, APIError, error_body
 from engine.server.jobs import (
     Job,
@@ -47,17 +48,6 @@ from engine.server.protocol import (
 
 DISCONNECT_POLL_S = 0.25  # how often a request that waits for the engine checks its client
 CLIENT_GONE_STATUS = 499  # nginx's "client closed request", for the log only
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    host: str = "127.0.0.1"
-    port: int = 8000
-    api_key: str | None = None
-    cors_origins: tuple[str, ...] = ()
-    max_body_bytes: int = 4 * 2**20
-    block_size: int | str = "auto"  # for requests that do not set hyflash.block_size
-    retry_after_s: int = 2
 
 
 class ClientGone(Exception):
@@ -101,6 +91,24 @@ def create_app(
     log: Callable[[RequestLog], None] | None = None,
 ) -> FastAPI:
     """`info()` returns the loaded engine's EngineInfo, or None while no model is ready."""
+    app = FastAPI(
+        title="HyFlash Chat local server",
+        middleware=_middleware(config, log),
+        exception_handlers=EXCEPTION_HANDLERS,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.server = _Server(config, jobs, info)
+    app.add_api_route("/health", health, methods=["GET"])
+    app.add_api_route("/v1/models", list_models, methods=["GET"])
+    app.add_api_route("/v1/models/{model_id:path}", get_model, methods=["GET"])
+    app.add_api_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    app.add_api_route("/v1/completions", completions, methods=["POST"])
+    return app
+
+
+def _middleware(config: ServerConfig, log: Callable[[RequestLog], None] | None) -> list:
     middleware = []
     if log is not None:
         middleware.append(Middleware(RequestLogger, sink=log))
@@ -116,36 +124,25 @@ def create_app(
     if config.api_key:
         middleware.append(Middleware(BearerAuth, api_key=config.api_key))
     middleware.append(Middleware(BodyLimit, max_bytes=config.max_body_bytes))
-    app = FastAPI(
-        title="HyFlash Chat local server",
-        middleware=middleware,
-        exception_handlers=EXCEPTION_HANDLERS,
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
-    )
+    return middleware
 
-    def loaded():
-        current = info()
+
+@dataclass(frozen=True)
+class _Server:
+    """What the route handlers share, kept in app.state."""
+
+    config: ServerConfig
+    jobs: JobQueue
+    info: Callable[[], object | None]
+
+    def loaded(self):
+        current = self.info()
         if current is None:
             raise APIError(503, "model_not_loaded", "the model is still loading; try again")
         return current
 
-    def model_entry(current) -> dict:
-        return {
-            "id": current.model_id,
-            "object": "model",
-            "created": 0,
-            "owned_by": "hyflash",
-            "hyflash": {
-                "drafter": current.drafter,
-                "n_ctx": current.n_ctx,
-                "backend": current.backend,
-            },
-        }
-
-    def check_model(model: str):
-        current = loaded()
+    def check_model(self, model: str):
+        current = self.loaded()
         if model != current.model_id:
             raise APIError(
                 404,
@@ -156,101 +153,144 @@ def create_app(
             )
         return current
 
-    @app.get("/health")
-    async def health() -> dict:
-        current = loaded()
-        return {
-            "status": "ok",
-            "model": current.model_id,
-            "busy": jobs.running is not None,
-            "waiting": jobs.waiting,
-        }
 
-    @app.get("/v1/models")
-    async def models() -> dict:
-        current = info()
-        return {"object": "list", "data": [model_entry(current)] if current else []}
+def _server(request: Request) -> _Server:
+    return request.app.state.server
 
-    @app.get("/v1/models/{model_id:path}")
-    async def model(model_id: str) -> dict:
-        return model_entry(check_model(model_id))
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatRequest, request: Request) -> Response:
-        current = check_model(body.model)
-        prompt = chat_messages(body)
-        settings = generation_settings(body, current.n_ctx, config.block_size)
-        return await serve(request, body, Reply(True, current.model_id), prompt, False, settings)
+def _model_entry(current) -> dict:
+    return {
+        "id": current.model_id,
+        "object": "model",
+        "created": 0,
+        "owned_by": "hyflash",
+        "hyflash": {
+            "drafter": current.drafter,
+            "n_ctx": current.n_ctx,
+            "backend": current.backend,
+        },
+    }
 
-    @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request) -> Response:
-        current = check_model(body.model)
-        prompt = completion_prompt(body)
-        settings = generation_settings(body, COMPLETIONS_DEFAULT_MAX_TOKENS, config.block_size)
-        return await serve(request, body, Reply(False, current.model_id), prompt, True, settings)
 
-    async def serve(request: Request, body, reply: Reply, prompt, raw: bool, settings) -> Response:
-        stream = _JobStream()
-        job = Job(
-            prompt,
-            settings,
-            stream.sink,
-            raw=raw,
-            drafter=requested_drafter(body),
-            label=f"{request.method} {request.url.path}",
-        )
-        try:
-            jobs.submit(job)
-        except QueueFullError as exc:
-            raise APIError(
-                503,
-                "server_busy",
-                f"the server is busy ({exc}); retry later",
-                headers={"Retry-After": str(config.retry_after_s)},
-            ) from None
-        except QueueClosedError as exc:
-            raise APIError(503, "server_unavailable", str(exc)) from None
-        tally = Tally(settings.block_size)
+async def health(request: Request) -> dict:
+    server = _server(request)
+    current = server.loaded()
+    return {
+        "status": "ok",
+        "model": current.model_id,
+        "busy": server.jobs.running is not None,
+        "waiting": server.jobs.waiting,
+    }
 
-        def cleanup() -> None:
-            jobs.discard(job)
-            stream.close()
 
-        streaming = False
-        try:
+async def list_models(request: Request) -> dict:
+    current = _server(request).info()
+    return {"object": "list", "data": [_model_entry(current)] if current else []}
+
+
+async def get_model(model_id: str, request: Request) -> dict:
+    return _model_entry(_server(request).check_model(model_id))
+
+
+async def chat_completions(body: ChatRequest, request: Request) -> Response:
+    server = _server(request)
+    current = server.check_model(body.model)
+    prompt = chat_messages(body)
+    settings = generation_settings(body, current.n_ctx, server.config.block_size)
+    reply = Reply(True, current.model_id)
+    return await _serve(server, request, body, reply, prompt, False, settings)
+
+
+async def completions(body: CompletionRequest, request: Request) -> Response:
+    server = _server(request)
+    current = server.check_model(body.model)
+    prompt = completion_prompt(body)
+    settings = generation_settings(body, COMPLETIONS_DEFAULT_MAX_TOKENS, server.config.block_size)
+    reply = Reply(False, current.model_id)
+    return await _serve(server, request, body, reply, prompt, True, settings)
+
+
+def _submit(
+    server: _Server,
+    request: Request,
+    body: ChatRequest | CompletionRequest,
+    prompt: str | list[dict],
+    raw: bool,
+    settings: GenerationSettings,
+) -> tuple[Job, _JobStream]:
+    """Queue the request's job; a full or closed queue answers 503."""
+    stream = _JobStream()
+    job = Job(
+        prompt,
+        settings,
+        stream.sink,
+        raw=raw,
+        drafter=requested_drafter(body),
+        label=f"{request.method} {request.url.path}",
+    )
+    try:
+        server.jobs.submit(job)
+    except QueueFullError as exc:
+        raise APIError(
+            503,
+            "server_busy",
+            f"the server is busy ({exc}); retry later",
+            headers={"Retry-After": str(server.config.retry_after_s)},
+        ) from None
+    except QueueClosedError as exc:
+        raise APIError(503, "server_unavailable", str(exc)) from None
+    return job, stream
+
+
+async def _serve(
+    server: _Server,
+    request: Request,
+    body: ChatRequest | CompletionRequest,
+    reply: Reply,
+    prompt: str | list[dict],
+    raw: bool,
+    settings: GenerationSettings,
+) -> Response:
+    job, stream = _submit(server, request, body, prompt, raw, settings)
+    tally = Tally(settings.block_size)
+
+    def cleanup() -> None:
+        server.jobs.discard(job)
+        stream.close()
+
+    streaming = False
+    try:
+        first = await stream.next(request)
+        while isinstance(first, JobStarted):
+            tally.add(first)
             first = await stream.next(request)
-            while isinstance(first, JobStarted):
-                tally.add(first)
-                first = await stream.next(request)
-            if isinstance(first, ErrorEvent):
-                raise engine_error(first)
-            if body.stream:
-                usage = bool(body.stream_options and body.stream_options.include_usage)
-                streaming = True
-                # the generator cleans up when it ends or is cancelled; the background task
-                # covers a client gone before the generator even started
-                return EventSourceResponse(
-                    _sse(request, cleanup, stream, reply, tally, first, usage),
-                    headers={"Cache-Control": "no-cache"},
-                    background=BackgroundTask(cleanup),
-                )
-            event = first
-            while True:
-                tally.add(event)
-                if isinstance(event, Finished):
-                    _record(request, event, tally)
-                    return JSONResponse(reply.whole(event, tally))
-                if isinstance(event, ErrorEvent):
-                    raise engine_error(event)
-                event = await stream.next(request)
-        except ClientGone:
-            request.state.outcome = "cancelled"
-            return Response(status_code=CLIENT_GONE_STATUS)
-        finally:
-            if not streaming:
-                cleanup()
-
-    return app
+        if isinstance(first, ErrorEvent):
+            raise engine_error(first)
+        if body.stream:
+            usage = bool(body.stream_options and body.stream_options.include_usage)
+            streaming = True
+            # the generator cleans up when it ends or is cancelled; the background task
+            # covers a client gone before the generator even started
+            return EventSourceResponse(
+                _sse(request, cleanup, stream, reply, tally, first, usage),
+                headers={"Cache-Control": "no-cache"},
+                background=BackgroundTask(cleanup),
+            )
+        event = first
+        while True:
+            tally.add(event)
+            if isinstance(event, Finished):
+                _record(request, event, tally)
+                return JSONResponse(reply.whole(event, tally))
+            if isinstance(event, ErrorEvent):
+                raise engine_error(event)
+            event = await stream.next(request)
+    except ClientGone:
+        request.state.outcome = "cancelled"
+        return Response(status_code=CLIENT_GONE_STATUS)
+    finally:
+        if not streaming:
+            cleanup()
 
 
 def _record(request: Request, fin: Finished, tally: Tally) -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from engine.engine_args import BLOCK_SIZE_HELP, add_engine_args, block_size_arg, load_engine
+from engine.server.config import ServerConfig
 from engine.server.jobs import DEFAULT_MAX_WAITING
+
+_DEFAULTS = ServerConfig()
 
 
 def add_serve_parser(sub) -> None:
-    from engine.cli import _add_engine_args, _block_size
-
     p = sub.add_parser(
         "serve",
         help="serve the model over an OpenAI-compatible HTTP API",
@@ -18,17 +20,24 @@ def add_serve_parser(sub) -> None:
         "/v1/completions, /v1/models, /health). Binds 127.0.0.1 unless told otherwise; any other "
         "address requires --api-key.",
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0: any free)")
+    p.add_argument(
+        "--host", default=_DEFAULTS.host, help=f"address to bind (default: {_DEFAULTS.host})"
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        default=_DEFAULTS.port,
+        help=f"port (default: {_DEFAULTS.port}; 0: any free)",
+    )
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
     p.add_argument(
         "--cors", action="append", default=[], metavar="ORIGIN", help="allow this browser origin"
     )
     p.add_argument(
         "--block-size",
-        type=_block_size,
-        default="auto",
-        help="N (1..32) or auto, for requests that do not set hyflash.block_size",
+        type=block_size_arg,
+        default=_DEFAULTS.block_size,
+        help=f"{BLOCK_SIZE_HELP}, for requests that do not set hyflash.block_size",
     )
     p.add_argument(
         "--queue-size",
@@ -36,14 +45,15 @@ def add_serve_parser(sub) -> None:
         default=DEFAULT_MAX_WAITING,
         help=f"requests that may wait; more get 503 (default: {DEFAULT_MAX_WAITING})",
     )
-    p.add_argument("--max-body-bytes", type=int, default=4 * 2**20, help="largest request body")
-    _add_engine_args(p)
+    p.add_argument(
+        "--max-body-bytes", type=int, default=_DEFAULTS.max_body_bytes, help="largest request body"
+    )
+    add_engine_args(p)
     p.set_defaults(func=cmd_serve)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from engine.cli import _load_engine
-    from engine.server.app import ServerConfig, create_app
+    from engine.server.app import create_app
     from engine.server.http import LocalServer, check_bind
     from engine.server.jobs import EngineThread
     from engine.speculative import validate_block_size
@@ -62,7 +72,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         block_size=args.block_size,
     )
-    engine = _load_engine(args)
+    engine = load_engine(args)
     runner = EngineThread(engine, max_waiting=args.queue_size)
     info = engine.info()  # taken before the engine thread owns the engine
     try:

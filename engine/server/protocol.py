@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.engine import DRAFTER_CHOICES
+from engine.drafters import DRAFTER_CHOICES
 from engine.events import ErrorEvent, Finished, GenerationSettings, StepStats
 from engine.server.errors import APIError
 from engine.server.jobs import JobEvent, JobStarted
