@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QLabel, QProgressBar
 from app.chat_pane import ChatPane
 from app.settings import RELOAD_FIELDS, AppSettings
 from app.stats_panel import StatsPanel
-from app.worker import EngineConfig, EngineHost
+from app.worker import EngineConfig, EngineHost, disconnect_all
 from engine.engine import EngineInfo
 
 
@@ -81,11 +81,7 @@ class EngineLink(QObject):
 
     def disconnect_host(self) -> None:
         """Stop listening to the worker (the host may outlive the window)."""
-        for signal, slot in self._connections:
-            try:
-                signal.disconnect(slot)
-            except (RuntimeError, TypeError):
-                pass
+        disconnect_all(self._connections)
         self._connections = []
 
     def _on_state(self, state: str, message: str) -> None:

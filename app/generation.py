@@ -17,7 +17,7 @@ from app.chat_view import MessageWidget
 from app.markdown import Run
 from app.settings import AppSettings
 from app.storage import Storage, StorageError, answer_record
-from app.worker import EngineHost, GenerationRequest, StatsUpdate
+from app.worker import EngineHost, GenerationRequest, StatsUpdate, disconnect_all
 from engine.engine import EngineInfo
 from engine.events import Finished, StepStats
 
@@ -91,11 +91,7 @@ class AnswerController(QObject):
 
     def disconnect_host(self) -> None:
         """Stop listening to the worker (the host may outlive the window)."""
-        for signal, slot in self._connections:
-            try:
-                signal.disconnect(slot)
-            except (RuntimeError, TypeError):
-                pass
+        disconnect_all(self._connections)
         self._connections = []
 
     def _mine(self, request_id: int) -> ActiveAnswer | None:

@@ -312,3 +312,12 @@ class EngineHost(QObject):
         self.thread.quit()
         self.thread.wait()
         self.worker._close_engine()
+
+
+def disconnect_all(connections: list) -> None:
+    """Disconnect (signal, slot) pairs, ignoring ones Qt has already dropped."""
+    for signal, slot in connections:
+        try:
+            signal.disconnect(slot)
+        except (RuntimeError, TypeError):
+            pass
