@@ -4,15 +4,35 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QMenu
+from PySide6.QtWidgets import QMenu, QMenuBar
 
-from app.settings import THEMES
+from app.conversations import Conversations
+from app.settings import THEMES, AppSettings
 
-if TYPE_CHECKING:
-    from app.main_window import MainWindow
+
+class MenuHost(Protocol):
+    """What the menus act on: the main window's commands (a protocol, so this module does not
+    import the window that builds it)."""
+
+    chats: Conversations
+    current_conv: int | None
+    settings: AppSettings
+
+    def menuBar(self) -> QMenuBar: ...  # noqa: N802 (Qt's name)
+    def addAction(self, action: QAction) -> None: ...  # noqa: N802 (Qt's name)
+    def close(self) -> bool: ...
+    def new_conversation(self) -> None: ...
+    def open_settings(self) -> object: ...
+    def show_stats(self, shown: bool) -> None: ...
+    def set_tint(self, on: bool) -> None: ...
+    def set_theme(self, name: str) -> None: ...
+    def open_model_manager(self) -> object: ...
+    def open_server_panel(self) -> object: ...
+    def open_about(self) -> object: ...
+    def stop(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -24,7 +44,7 @@ class WindowActions:
 
 
 def _add(
-    window: MainWindow,
+    window: MenuHost,
     menu: QMenu,
     text: str,
     slot: Callable,
@@ -45,7 +65,7 @@ def _add(
     return action
 
 
-def build_menus(window: MainWindow) -> WindowActions:
+def build_menus(window: MenuHost) -> WindowActions:
     bar = window.menuBar()
     file = bar.addMenu("&File")
     _add(window, file, "New chat", window.new_conversation, "Ctrl+N")

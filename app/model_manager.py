@@ -154,7 +154,7 @@ class ModelManager(QDialog):
         name = QTableWidgetItem(entry.name)
         row.name = name
         name.setToolTip(f"{entry.id} · license {entry.license or '?'}")
-        ram = QTableWidgetItem(f"{entry.ram_gb:.1f} GB" if entry.ram_gb else "?")
+        ram = QTableWidgetItem(format_size(entry.ram_gb * 1e9) if entry.ram_gb else "?")
         if self.ram_bytes and entry.ram_gb * 1e9 > self.ram_bytes:
             ram.setForeground(Qt.GlobalColor.red)
             ram.setToolTip("More than this computer's memory")

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.units import format_size
+
 log = logging.getLogger(__name__)
 
 # Names the user may pick (settings, `--backend`); shown names are the capitalised forms.
@@ -508,8 +510,8 @@ def _auto(p: Probe, model_bytes: int | None) -> tuple[str, int, str]:
         return (
             "CPU",
             0,
-            f"the model ({model_bytes / 1e9:.1f} GB) does not fit the {gpu} device's "
-            f"{mem / 1e9:.1f} GB",
+            f"the model ({format_size(model_bytes)}) does not fit the {gpu} device's "
+            f"{format_size(mem)}",
         )
     return gpu, -1, f"llama.cpp was built with {gpu} and a {gpu} device is present"
 
@@ -674,7 +676,6 @@ def create_session(
 
 def describe(p: Probe) -> list[tuple[str, str]]:
     """Human (label, value) rows for a probe; used by doctor and the GUI's about box."""
-    gb = 1e9
     cpu = p.cpu
     cores = f"{cpu.logical_cores} logical"
     if cpu.physical_cores:
@@ -683,7 +684,7 @@ def describe(p: Probe) -> list[tuple[str, str]]:
         ("OS", f"{p.os} {p.os_version} ({cpu.arch}), Python {p.python}"),
         ("CPU", f"{cpu.model}, {cores}"),
         ("CPU features", ", ".join(cpu.flags) or "none detected"),
-        ("RAM", f"{p.ram_bytes / gb:.1f} GB" if p.ram_bytes else "unknown"),
+        ("RAM", format_size(p.ram_bytes) if p.ram_bytes else "unknown"),
     ]
     if p.device_model:
         rows.append(("Device", p.device_model))
@@ -708,8 +709,8 @@ def describe(p: Probe) -> list[tuple[str, str]]:
         rows.append(("GPU", "none found"))
     for gpu in p.gpus:
         mem = (
-            f"{gpu.memory_total_bytes / gb:.1f} GB"
-            + (f" ({gpu.memory_free_bytes / gb:.1f} GB free)" if gpu.memory_free_bytes else "")
+            format_size(gpu.memory_total_bytes)
+            + (f" ({format_size(gpu.memory_free_bytes)} free)" if gpu.memory_free_bytes else "")
             if gpu.memory_total_bytes
             else "memory unknown"
         )

@@ -121,11 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampling_args(chat)
     chat.set_defaults(func=cmd_chat)
 
-    from engine.bench.acceptance import add_acceptance_parser
     from engine.bench.drafter_time import add_drafter_time_parser
     from engine.bench.speed import add_bench_parser
     from engine.doctor import add_doctor_parser
     from engine.downloads import add_download_parser
+    from engine.hyflash.acceptance import add_acceptance_parser
     from engine.hyflash.commands import add_data_parser, add_train_parsers
     from engine.server.cli import add_serve_parser  # fastapi loads only when serving
 

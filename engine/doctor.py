@@ -6,6 +6,7 @@ import argparse
 import json
 
 from engine.backends import BACKEND_NAMES, choose, describe, probe
+from engine.units import format_size
 
 
 def doctor_report(
@@ -27,7 +28,7 @@ def doctor_report(
         return json.dumps(report, indent=2)
     rows = describe(p)
     n, size = len(cache["installed"]), sum(m["size_bytes"] for m in cache["installed"])
-    rows.append(("Model cache", f"{cache['dir']} ({n} downloaded, {size / 1e9:.2f} GB)"))
+    rows.append(("Model cache", f"{cache['dir']} ({n} downloaded, {format_size(size)})"))
     rows += [
         (
             "Backend",

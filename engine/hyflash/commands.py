@@ -24,12 +24,13 @@ from engine.drafters.hyflash_shared import (
     GGUFIndex,
     target_identity,
 )
+from engine.hyflash.train_config import TrainConfig
 
 
 def selected_prompts(args: argparse.Namespace, target) -> tuple[list, int]:
     """(prompts, longest prompt in tokens): training prompts (first `limit`), the first
     `per_set` of every evaluation set, or long-context prompts of one bucket."""
-    from engine.hyflash.prompts import eval_prompts, train_prompts
+    from engine.corpora import eval_prompts, train_prompts
 
     if args.split == "train":
         return train_prompts()[: args.limit], 512
@@ -134,8 +135,8 @@ def cmd_data_conversations(args: argparse.Namespace) -> int:
     import json
 
     from engine.chat_template import ChatTemplate
+    from engine.corpora import sharegpt_conversations
     from engine.hyflash.distill import done_keys
-    from engine.hyflash.prompts import sharegpt_conversations
     from engine.models import resolve_target
     from engine.target import LlamaTarget
 
@@ -287,9 +288,9 @@ def _timed(fn):
 def _llama_check(gguf: Path, seqs: list, prompts: list, args: argparse.Namespace) -> dict:
     """llama.cpp: prefill with features on, then with all-row logits (labels), then
     distill.py's batched greedy streams on the prompts."""
+    from engine.corpora import Prompt
     from engine.hyflash.distill import BatchedGreedy
     from engine.hyflash.features import llama_rows
-    from engine.hyflash.prompts import Prompt
     from engine.target import LlamaTarget
 
     n_tok = sum(len(s) for s in seqs)
@@ -579,7 +580,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     from engine.hyflash.model import HyFlashModel
     from engine.hyflash.train import (
         Sequences,
-        TrainConfig,
         init_distributed,
         select_draft_vocab,
         train,
@@ -714,13 +714,13 @@ def add_train_parsers(sub) -> None:
     tr.add_argument("--no-cross-slot", action="store_true")
     tr.add_argument("--no-copy", action="store_true")
     tr.add_argument("--draft-vocab", type=int, default=DrafterConfig.draft_vocab_size)
-    tr.add_argument("--steps", type=int, default=2000)
-    tr.add_argument("--batch", type=int, default=8)
-    tr.add_argument("--anchors", type=int, default=16)
-    tr.add_argument("--lr", type=float, default=2e-3)
-    tr.add_argument("--warmup", type=int, default=100)
-    tr.add_argument("--seed", type=int, default=0)
-    tr.add_argument("--eval-every", type=int, default=250)
+    tr.add_argument("--steps", type=int, default=TrainConfig.steps)
+    tr.add_argument("--batch", type=int, default=TrainConfig.batch_seqs)
+    tr.add_argument("--anchors", type=int, default=TrainConfig.anchors_per_seq)
+    tr.add_argument("--lr", type=float, default=TrainConfig.lr)
+    tr.add_argument("--warmup", type=int, default=TrainConfig.warmup)
+    tr.add_argument("--seed", type=int, default=TrainConfig.seed)
+    tr.add_argument("--eval-every", type=int, default=TrainConfig.eval_every)
     tr.add_argument("--val-frac", type=float, default=0.05)
     tr.add_argument("--max-len", type=int, default=1024)
     tr.add_argument("--max-answers", type=int, default=None, help="first N sequences only")
@@ -737,7 +737,7 @@ def add_train_parsers(sub) -> None:
         help="train on the stored tokens (self-distilled answers) or on the "
         "target's own prediction at every position (text it did not write)",
     )
-    tr.add_argument("--threads", type=int, default=1, help="torch threads")
+    tr.add_argument("--threads", type=int, default=TrainConfig.threads, help="torch threads")
     tr.add_argument(
         "--llama-threads", type=int, default=None, help="threads for prefill (either source)"
     )

@@ -22,8 +22,8 @@ import llama_cpp
 import numpy as np
 
 from engine.chat_template import ChatTemplate
+from engine.corpora import Prompt
 from engine.events import EngineError
-from engine.hyflash.prompts import Prompt
 from engine.target import LlamaTarget, recent_llama_log
 
 

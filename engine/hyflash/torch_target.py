@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.hyflash.prompts import Prompt
+from engine.corpora import Prompt
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 _LM_HEAD_ROWS = 512  # positions per LM-head matmul: full logits of a batch would be GBs

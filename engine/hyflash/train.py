@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from engine.hyflash.model import HyFlashModel
+from engine.hyflash.train_config import TrainConfig
 
 
 @dataclass
@@ -47,23 +48,6 @@ class Sequences:
             [self.prompt_lens[i] for i in idx],
             None if self.labels is None else [self.labels[i] for i in idx],
         )
-
-
-@dataclass
-class TrainConfig:
-    steps: int = 2000
-    batch_seqs: int = 8  # global batch: sequences per step (split across ranks)
-    anchors_per_seq: int = 16
-    lr: float = 2e-3
-    min_lr_frac: float = 0.05
-    weight_decay: float = 0.05
-    warmup: int = 100
-    clip: float = 1.0
-    seed: int = 0
-    eval_every: int = 250
-    ckpt_every: int = 250
-    val_anchors: int = 32
-    threads: int = 1
 
 
 def select_draft_vocab(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.hyflash.prompts import GSM8K_EVAL, eval_prompts, gsm8k, train_prompts
+from engine.corpora import GSM8K_EVAL, eval_prompts, gsm8k, train_prompts
 
 
 def test_corpora_load_with_expected_sizes():

@@ -1,0 +1,22 @@
+"""Training knobs, torch-free so the command line can take its defaults from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 2000
+    batch_seqs: int = 8  # global batch: sequences per step (split across ranks)
+    anchors_per_seq: int = 16
+    lr: float = 2e-3
+    min_lr_frac: float = 0.05
+    weight_decay: float = 0.05
+    warmup: int = 100
+    clip: float = 1.0
+    seed: int = 0
+    eval_every: int = 250
+    ckpt_every: int = 250
+    val_anchors: int = 32
+    threads: int = 1
