@@ -368,6 +368,27 @@ class _Counters:
         )
 
 
+def _halted(
+    out: _Emitter,
+    target: LlamaTarget,
+    settings: GenerationSettings,
+    cancel: threading.Event | None,
+) -> bool:
+    """Whether the answer ends before another step (the reason set where it is not the
+    emitter's own: end of generation, a stop string or the token limit)."""
+    if out.finished:
+        return True
+    if cancel is not None and cancel.is_set():
+        out.stop_reason = "cancelled"
+        return True
+    if len(out.generated) >= settings.max_tokens:
+        return True  # the last step ended exactly at the limit ("length")
+    if target.n_ctx - target.n_past < 1:
+        out.stop_reason = "context"
+        return True
+    return False
+
+
 def generate_tokens(
     target: LlamaTarget,
     drafter: Drafter,
@@ -412,17 +433,9 @@ def generate_tokens(
         t_decode - t_start,
     )
     anchor, ttft, stats = int(prompt_tokens[-1]), None, None
-    while not out.finished:
+    while not _halted(out, target, settings, cancel):
         remaining = settings.max_tokens - len(out.generated)
         room = target.n_ctx - target.n_past
-        if cancel is not None and cancel.is_set():
-            out.stop_reason = "cancelled"
-            break
-        if remaining <= 0:  # the last step ended exactly at the limit
-            break
-        if room < 1:
-            out.stop_reason = "context"
-            break
         max_draft = min(policy.max_block - 1, room - 1, remaining - 1)
         step = decoder.step(anchor, len(out.generated), max_draft)
         anchor = step.tokens[-1]
