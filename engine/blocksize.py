@@ -26,6 +26,17 @@ EXPLORE_EVERY = 32  # steps between drafter calls even when drafting does not se
 # average of its kind, and on novel text such runs are rare, so the split costs little there.
 RUN_SUFFIX = "|run"
 SAVING_REFRESH = 16  # cost-model updates before the expected saving per call is recomputed
+# Verify drafts only where the expected speed beats plain decoding by this fraction: on a
+# compute-bound CPU (T(2)/T(1) near 1.7) the gain of a short verify is within the noise of
+# the estimates, and a wrong call costs a whole extra row.
+MIN_SPEEDUP = 0.05
+# Slot-1 outcomes (decayed) a kind of proposal needs before its estimate can make the drafter
+# worth calling every step; before that the Beta prior (0.5 per slot) speaks, and exploration
+# (every EXPLORE_EVERY steps, after full matches) gathers the evidence.
+MIN_EVIDENCE = 4.0
+# One verify time may move the cost model's estimate by at most this factor: a decode that a
+# scheduler hiccup made twice as slow says nothing about the next one.
+COST_CLIP = 1.25
 
 
 class CostModel:
@@ -63,6 +74,8 @@ class CostModel:
         if self.ema <= 0.0:
             return  # a fixed model (e.g. another machine's curve, simulated)
         old = self.measured.get(n)
+        if old is not None:
+            seconds = min(max(seconds, old / COST_CLIP), old * COST_CLIP)
         self.measured[n] = seconds if old is None else (1 - self.ema) * old + self.ema * seconds
         self._table = None
         self.version += 1
@@ -118,6 +131,11 @@ class AcceptanceEstimator:
     def rates(self, bucket: str) -> np.ndarray:
         s = self._stats(bucket)
         return (s.accepted + self.prior_accept) / (s.trials + self.prior_trials)
+
+    def evidence(self, bucket: str) -> float:
+        """Decayed count of this bucket's resolved proposals (its slot-1 trials)."""
+        s = self.buckets.get(bucket)
+        return 0.0 if s is None else float(s.trials[0])
 
     def record(self, bucket: str, n_matched: int, n_tried: int) -> None:
         """Slots 1..n_matched were accepted; slot n_matched+1 rejected if n_matched < n_tried."""
@@ -199,7 +217,8 @@ class BlockSizeChooser:
         c = np.cumprod(self.estimator.rates(bucket)[:n])
         expected = 1.0 + np.concatenate(([0.0], np.cumsum(c)))  # E(0..n)
         speeds = expected / self.cost.table[: n + 1]
-        return int(np.argmax(speeds))
+        best = int(np.argmax(speeds))
+        return best if speeds[best] >= (1.0 + MIN_SPEEDUP) * speeds[0] else 0
 
     def worth_drafting(self) -> bool:
         """Whether calling the drafter is expected to save more time than the call costs:
@@ -218,7 +237,11 @@ class BlockSizeChooser:
         SAVING_REFRESH steps: this runs every step, the numbers behind it move rarely."""
         if self._saving is None or self.cost.version - self._saving_cost >= SAVING_REFRESH:
             self._saving_cost = self.cost.version
-            buckets = [b for b in self._bucket_counts if b]  # empty proposals save nothing
+            # empty proposals save nothing; kinds with too little evidence are left to
+            # exploration
+            buckets = [
+                b for b in self._bucket_counts if b and self.estimator.evidence(b) >= MIN_EVIDENCE
+            ]
             if not buckets:
                 self._saving = 0.0
                 return 0.0
@@ -226,7 +249,8 @@ class BlockSizeChooser:
             counts = np.array([self._bucket_counts[b] for b in buckets])
             rates = np.stack([self.estimator.rates(b)[:n] for b in buckets])
             expected = 1.0 + np.cumsum(np.cumprod(rates, axis=1), axis=1)  # E(1..n)
-            gains = expected * self.cost(1) - self.cost.table[1 : n + 1]
+            # the time a verify saves, counted only beyond choose()'s margin
+            gains = expected * self.cost(1) / (1.0 + MIN_SPEEDUP) - self.cost.table[1 : n + 1]
             mix = counts / sum(self._bucket_counts.values())
             self._saving = float(mix @ np.maximum(gains.max(axis=1), 0.0))
         return self._saving

@@ -232,3 +232,30 @@ def test_gpu_recording_script_is_valid_bash_with_valid_hyflash_commands():
         words = [w.replace("$OUT", "out").replace("$PER_SET", "2") for w in words]
         words = [w.replace("$MAX_TOKENS", "256").replace("$GEMMA", "g.gguf") for w in words]
         build_parser().parse_args(words)  # argparse exits on an unknown flag or bad value
+
+
+def test_bench_prompt_keeps_the_fastest_of_its_runs(monkeypatch):
+    """--runs N: every configuration runs N times per prompt in alternating order and the
+    fastest run counts (an interruption only slows a run down)."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from engine.bench import speed
+
+    times = iter([3.0, 2.0, 1.0, 4.0, 5.0, 0.5])  # run order: plain, c, | c, plain, | plain, c
+    calls = []
+
+    class FakeEngine:
+        def set_drafter(self, name: str) -> None:
+            calls.append(name)
+
+    def fake_run(engine, prompt, block, *rest):
+        return speed.RunResult("x", (1, 2), next(times), 2, 1.0, 0.0, 1.0, Counter({1: 2}))
+
+    monkeypatch.setattr(speed, "run_once", fake_run)
+    args = SimpleNamespace(runs=3, max_tokens=8, temperature=0.0, top_p=1.0)
+    totals = {(k, s): speed.ConfigTotals(k) for k in ("none:1", "ngram:4") for s in ("x", "all")}
+    row = speed.bench_prompt(FakeEngine(), args, 0, "x", "hi", [("ngram", 4)], totals)
+    assert calls == ["none", "ngram", "ngram", "none", "none", "ngram"]
+    assert row["none:1"]["decode_s"] == 3.0 and row["ngram:4"]["decode_s"] == 0.5
+    assert totals[("ngram:4", "all")].decode_s == 0.5 and totals[("none:1", "x")].decode_s == 3.0

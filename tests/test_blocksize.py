@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.blocksize import AcceptanceEstimator, BlockSizeChooser, CostModel
+from engine.blocksize import (
+    MIN_EVIDENCE,
+    MIN_SPEEDUP,
+    AcceptanceEstimator,
+    BlockSizeChooser,
+    CostModel,
+)
 
 
 def test_cost_model_interpolates_and_extrapolates_monotonically():
@@ -110,9 +116,9 @@ def _saving_from_scratch(chooser: BlockSizeChooser) -> float:
     n = chooser.max_block - 1
     saving = 0.0
     for bucket, count in chooser._bucket_counts.items():
-        if bucket:
+        if bucket and chooser.estimator.evidence(bucket) >= MIN_EVIDENCE:
             expected = 1.0 + np.cumsum(np.cumprod(chooser.estimator.rates(bucket)[:n]))
-            gains = expected * chooser.cost(1) - chooser.cost.table[1 : n + 1]
+            gains = expected * chooser.cost(1) / (1 + MIN_SPEEDUP) - chooser.cost.table[1 : n + 1]
             saving += count / total * max(0.0, float(gains.max()))
     return saving
 
@@ -139,3 +145,39 @@ def test_cached_saving_follows_proposals_and_the_cost_model():
     chooser._saving = None
     assert chooser._expected_saving() == pytest.approx(_saving_from_scratch(chooser), rel=1e-12)
     assert chooser._expected_saving() > 0  # the test is about a saving that matters
+
+
+def test_cost_model_shrugs_off_one_slow_decode():
+    cost = CostModel({1: 0.010, 4: 0.026}, ema=0.1)
+    cost.observe(1, 0.100)  # a scheduler hiccup: ten times the usual time
+    assert cost(1) <= 0.010 * (1 + 0.1 * 0.25) + 1e-12
+    for _ in range(60):  # a real, lasting change is followed
+        cost.observe(1, 0.020)
+    assert cost(1) > 0.019
+
+
+def test_chooser_verifies_only_beyond_its_margin():
+    cost = CostModel({1: 0.010, 2: 0.017, 16: 0.085}, ema=0.0)
+    chooser = BlockSizeChooser(cost)
+    # slot-1 rate r: one draft is worth (1 + r) / 1.7 plain speed; break-even at r = 0.7
+    for i in range(400):
+        chooser.estimator.record("even", 1 if i % 4 < 3 else 0, 1)  # r = 0.75
+    rate = chooser.estimator.rates("even")[0]
+    assert 1 < (1 + rate) / 1.7 < 1 + MIN_SPEEDUP  # a gain, but inside the margin...
+    assert chooser.choose("even", 1) == 0  # ...verifies nothing
+    for _ in range(400):
+        chooser.estimator.record("sure", 1, 1)
+    assert chooser.choose("sure", 1) == 1
+
+
+def test_saving_waits_for_evidence():
+    cost = CostModel({1: 0.010, 2: 0.012, 16: 0.030}, ema=0.0)
+    chooser = BlockSizeChooser(cost)
+    chooser.observe_draft_time(0.0005)
+    chooser.propose_made("new", [1, 2, 3], 0)  # no outcome yet: the prior alone
+    chooser._steps_since_draft = 0
+    assert chooser._expected_saving() == 0.0 and not chooser.worth_drafting()
+    for _ in range(int(MIN_EVIDENCE) + 1):
+        chooser.estimator.record("new", 3, 3)
+    chooser._saving = None
+    assert chooser._expected_saving() > 0.0005 and chooser.worth_drafting()
