@@ -239,6 +239,9 @@ def run_bench(args: argparse.Namespace, other: CostCurve | None = None) -> dict:
     names = {"none:1": "plain", **{f"{d}:{b}": f"{d} (block {b})" for d, b in configs}}
     sets = list(dict.fromkeys(name for name, _ in prompts))
     totals = {(k, s): ConfigTotals(names[k]) for k in keys for s in [*sets, "all"]}
+    for drafter, block in [("none", 1), *configs]:  # warm-up: first runs allocate and load
+        engine.set_drafter(drafter)
+        run_once(engine, "Say hello.", block, 16, args.temperature, args.top_p)
     per_prompt = []
     for i, (set_name, item) in enumerate(prompts):
         per_prompt.append(bench_prompt(engine, args, i, set_name, item, configs, totals))
