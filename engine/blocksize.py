@@ -223,8 +223,9 @@ class BlockSizeChooser:
     def worth_drafting(self) -> bool:
         """Whether calling the drafter is expected to save more time than the call costs:
         the expected saving per call is the mix, over the kinds of proposal the drafter makes
-        (its buckets, an empty proposal included), of the best block's time saved against
-        plain decoding. A drafter that does not pay is still asked every EXPLORE_EVERY steps,
+        (its buckets, an empty proposal included, a bucket only once it has MIN_EVIDENCE
+        outcomes), of the best block's time saved against plain decoding beyond the
+        MIN_SPEEDUP margin. A drafter that does not pay is still asked every EXPLORE_EVERY steps,
         so the shadow estimates can notice when the text becomes predictable, and right after
         a proposal that matched in full."""
         self._steps_since_draft += 1
