@@ -259,3 +259,10 @@ def test_bench_prompt_keeps_the_fastest_of_its_runs(monkeypatch):
     assert calls == ["none", "ngram", "ngram", "none", "none", "ngram"]
     assert row["none:1"]["decode_s"] == 3.0 and row["ngram:4"]["decode_s"] == 0.5
     assert totals[("ngram:4", "all")].decode_s == 0.5 and totals[("none:1", "x")].decode_s == 3.0
+
+
+def test_bench_refuses_zero_runs(capsys):
+    from engine.cli import main
+
+    assert main(["bench", "--quick", "--runs", "0"]) == 2
+    assert "--runs must be at least 1" in capsys.readouterr().err

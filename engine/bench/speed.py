@@ -452,6 +452,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     try:  # bad sampling options or a bad curve file fail before the run, not after it
         check_sampling(args.temperature, args.top_p, _DEFAULTS.top_k)
         other = load_curve(args.cost_curve) if args.cost_curve else None
+        if args.runs < 1:
+            raise ValueError(f"--runs must be at least 1 (got {args.runs})")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
