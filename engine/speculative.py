@@ -257,13 +257,14 @@ def _input_error(
 def _prefill(
     target: LlamaTarget,
     prompt_tokens: Sequence[int],
-    wants_features: bool,
+    drafter: Drafter,
     cancel: threading.Event | None,
 ) -> int:
     """Decode all but the last prompt token into the cache, reusing the cached prefix (and,
     for a drafter that reads features, only as much of it as has them); returns the count
     decoded."""
-    target.set_features(wants_features)
+    wants_features = drafter.wants_features
+    target.set_features(wants_features, drafter.feature_layers)
     context = list(prompt_tokens[:-1])
     reused = target.reuse_prefix(context)
     if wants_features and target.features_known_upto() < reused:
@@ -413,7 +414,7 @@ def generate_tokens(
     policy = chooser if fixed_block is None else FixedBlock(fixed_block)
     policy.start()
 
-    prefill_count = _prefill(target, prompt_tokens, drafter.wants_features, cancel)
+    prefill_count = _prefill(target, prompt_tokens, drafter, cancel)
     if cancel is not None and cancel.is_set():
         yield Finished("", (), "cancelled", None, len(prompt_tokens), time.perf_counter() - t_start)
         return

@@ -71,7 +71,7 @@ def _capture_layer_functions():
 @dataclass
 class DecodeOutput:
     logits: np.ndarray  # (n, vocab) float32, a copy
-    features: np.ndarray | None  # (n, n_embd) final normed hidden states
+    features: np.ndarray | None  # (n, F): the drafter's features (see set_features)
     layers: dict[int, np.ndarray]  # captured layer inputs, layer id -> (n, n_embd)
 
 
@@ -115,6 +115,7 @@ class LlamaTarget:
         # Tokens whose K/V are in the cache, at positions 0..len-1; features stored per position
         # (valid below self._features_upto) so a drafter can be refed without re-decoding.
         self.tokens: list[int] = []
+        self.feature_layers: tuple[int, ...] = ()
         self._features = np.zeros((self.n_ctx, self.n_embd), dtype=np.float32)
         self._features_upto = 0
 
@@ -174,18 +175,28 @@ class LlamaTarget:
     def _enable_layer_capture(self, capture_layers: Sequence[int]) -> None:
         """Ask llama.cpp to keep these layers' inputs (training features), or fail clearly."""
         self.capture_layers = tuple(capture_layers)
-        self._layer_get = None
-        if self.capture_layers:
-            fns = _capture_layer_functions()
-            if fns is None:
-                self.close()
+        self._layer_fns = None
+        try:
+            self._capture(self.capture_layers, True)
+        except EngineError:
+            self.close()
+            raise
+
+    def _capture(self, layers: Sequence[int], on: bool) -> None:
+        if not layers:
+            return
+        if self._layer_fns is None:
+            self._layer_fns = _capture_layer_functions()
+            if self._layer_fns is None:
                 raise EngineError("this libllama build cannot capture intermediate layers")
-            set_fn, self._layer_get = fns
-            for layer in self.capture_layers:
-                if not 0 <= layer < self.n_layer:
-                    self.close()
-                    raise EngineError(f"layer {layer} out of range 0..{self.n_layer - 1}")
-                set_fn(self._ctx, layer, True)
+        for layer in layers:
+            if not 0 <= layer < self.n_layer:
+                raise EngineError(f"layer {layer} out of range 0..{self.n_layer - 1}")
+            self._layer_fns[0](self._ctx, layer, on)
+
+    def _layer_rows(self, layer: int, n: int) -> np.ndarray:
+        ptr = self._layer_fns[1](self._ctx, layer)
+        return np.ctypeslib.as_array(ptr, shape=(n, self.n_embd))
 
     # ----- metadata -------------------------------------------------------------------------
 
@@ -273,12 +284,26 @@ class LlamaTarget:
     def features_on(self) -> bool:
         return self._features_on
 
-    def set_features(self, on: bool) -> None:
+    def set_features(self, on: bool, layers: Sequence[int] = ()) -> None:
         """Turn hidden-state output on or off (off makes long prefills cheaper: with features
-        on, llama.cpp outputs every row, logits included)."""
+        on, llama.cpp outputs every row, logits included).
+
+        layers (with on): target layers whose inputs a drafter reads beside the final state
+        (fused features, as EAGLE-3 and DFlash feed): each position's features are then those
+        layers' inputs in order followed by the final normed state, (len(layers) + 1) * n_embd
+        wide. Changing them forgets the stored features."""
         if on != self._features_on:
             llama_cpp.llama_set_embeddings(self._ctx, on)
             self._features_on = on
+        layers = tuple(int(x) for x in layers)
+        if on and layers != self.feature_layers:
+            self._capture(layers, True)
+            dropped = set(self.feature_layers) - set(layers) - set(self.capture_layers)
+            self._capture(sorted(dropped), False)
+            self.feature_layers = layers
+            width = (len(layers) + 1) * self.n_embd
+            self._features = np.zeros((self.n_ctx, width), dtype=np.float32)
+            self._features_upto = 0
 
     def decode(self, tokens: Sequence[int], *, all_logits: bool = True) -> DecodeOutput:
         """Decode `tokens` at positions n_past.. and keep them in the cache.
@@ -313,14 +338,13 @@ class LlamaTarget:
         features = None
         if self._features_on:
             emb_ptr = llama_cpp.llama_get_embeddings(self._ctx)
-            features = np.ctypeslib.as_array(emb_ptr, shape=(n, self.n_embd)).copy()
+            final = np.ctypeslib.as_array(emb_ptr, shape=(n, self.n_embd))
+            parts = [self._layer_rows(layer, n) for layer in self.feature_layers]
+            features = np.concatenate([*parts, final], axis=1) if parts else final.copy()
             if self._features_upto == start:
                 self._features[start : start + n] = features
                 self._features_upto = start + n
-        layers = {}
-        for layer in self.capture_layers:
-            ptr = self._layer_get(self._ctx, layer)
-            layers[layer] = np.ctypeslib.as_array(ptr, shape=(n, self.n_embd)).copy()
+        layers = {layer: self._layer_rows(layer, n).copy() for layer in self.capture_layers}
         self.tokens.extend(int(t) for t in tokens)
         return DecodeOutput(logits=logits, features=features, layers=layers)
 

@@ -48,6 +48,7 @@ class _Constant:
 
     name = "constant"
     wants_features = False
+    feature_layers: tuple[int, ...] = ()
 
     def __init__(self) -> None:
         self.seen: list[int] = []

@@ -33,6 +33,8 @@ VARIANTS = {
     "hyflash-mamba2": dict(memory="mamba2"),
     "hyflash-gdn-last1-noncross": dict(memory="gdn", history="last1", cross_slot=False),
     "full-attention-nocopy": dict(attention="full", memory="none", copy=False),
+    # fused target features: two captured layers' inputs before the final state
+    "hyflash-fused-layers": dict(memory="mamba2", feature_layers=(1, 3), feature_dim=3 * E),
 }
 
 
@@ -74,10 +76,12 @@ def drafters(stand_in):
     return out
 
 
-def _context(seed: int, t: int):
+def _context(seed: int, t: int, width: int = E):
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, 12, (t + 1,), generator=g)  # few ids: n-gram matches happen
-    return tokens[:t], torch.randn(t, E, generator=g), int(tokens[t])
+    # features at the scales the target gives: a fused layer's raw residual is far from unit
+    scale = torch.linspace(1.0, 8.0, width // E).repeat_interleave(E) if width > E else 1.0
+    return tokens[:t], torch.randn(t, width, generator=g) * scale, int(tokens[t])
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
@@ -89,7 +93,7 @@ def test_incremental_observe_matches_torch_on_whole_context(stand_in, drafters, 
     model, path = drafters[name]
     drafter = HyFlashDrafter.load(path, target, weights="fp32")
     assert isinstance(drafter, Drafter) and drafter.name == "hyflash" and drafter.wants_features
-    tokens, feats, anchor = _context(seed=1, t=30)
+    tokens, feats, anchor = _context(seed=1, t=30, width=model.cfg.feature_dim)
     i = 0
     for step in (1, 5, 11, 3, 2, 8):
         drafter.observe(tokens[i : i + step].tolist(), feats[i : i + step].numpy())
@@ -137,7 +141,7 @@ def test_greedy_propose_without_logits_picks_the_same_tokens(stand_in, drafters,
     the argmax of the full mixture and put the draft in the same confidence bucket."""
     target, _, _ = stand_in
     drafter = HyFlashDrafter.load(drafters[name][1], target)
-    tokens, feats, _ = _context(7, 40)
+    tokens, feats, _ = _context(7, 40, drafters[name][0].cfg.feature_dim)
     checked = 0
     for i, token in enumerate(tokens.tolist()):
         full = drafter.propose(token, 3)
@@ -169,7 +173,8 @@ def test_runtime_memory_constant_for_local_linear_for_full(stand_in, drafters):
         for n in (10, 90, 400):
             drafter.reset()
             drafter.observe(
-                rng.integers(0, V, n).tolist(), rng.standard_normal((n, E)).astype(np.float32)
+                rng.integers(0, V, n).tolist(),
+                rng.standard_normal((n, model.cfg.feature_dim)).astype(np.float32),
             )
             sizes.append(drafter.memory_bytes())
             assert sizes[-1] == draft_memory_bytes(model.cfg, n)
@@ -305,10 +310,12 @@ def test_card_for_another_target_is_refused(tmp_path, real_target, stand_in, dra
         HyFlashDrafter.load(folder, real_target)
 
 
-def test_real_target_end_to_end(tmp_path, real_target):
+@pytest.mark.parametrize("layers", [(), (4, 15, 26)], ids=["final", "fused"])
+def test_real_target_end_to_end(tmp_path, real_target, layers):
     """A (random-weight) drafter for the real SmolLM2 target: loads against it, reads its
-    embedding rows from the Q8_0 GGUF, folds real features, and plugs into the lossless
-    loop: greedy output equals plain decoding."""
+    embedding rows from the Q8_0 GGUF, folds real features (fused: three layers' inputs and
+    the final state, captured by llama.cpp as the loop asks for them), and plugs into the
+    lossless loop: greedy output equals plain decoding."""
     from engine.drafters.none import NoDrafter
     from engine.events import Finished, GenerationSettings
     from engine.speculative import generate_tokens
@@ -326,6 +333,8 @@ def test_real_target_end_to_end(tmp_path, real_target):
         mem_value_dim=16,
         draft_vocab_size=512,
         ptr_dim=16,
+        feature_layers=layers,
+        feature_dim=(len(layers) + 1) * 576,
     )
     from engine.hyflash.gguf_weights import load_target_weights
 
@@ -348,10 +357,13 @@ def test_real_target_end_to_end(tmp_path, real_target):
     plain, spec = run(NoDrafter()), run(drafter)
     assert spec.token_ids == plain.token_ids and len(plain.token_ids) == 12
     assert spec.stats.draft_memory_bytes == draft_memory_bytes(cfg, 0)
+    assert target.feature_layers == layers
 
     # the drafter state equals a fresh one fed the same committed context in one go
     target.reset()
     out = target.decode(prompt[:-1])
+    assert out.features.shape == (len(prompt) - 1, cfg.feature_dim)
+    target.set_features(True)  # back to final-only for the module's other tests
     fresh = HyFlashDrafter.load(path, target, threads=1)
     fresh.observe(prompt[:-1], out.features)
     ref = model.mixture_logprobs(

@@ -48,6 +48,7 @@ class ScriptedDrafter:
 
     name = "scripted"
     wants_features = False
+    feature_layers: tuple[int, ...] = ()
 
     def __init__(self, wrong_from: int | None = None) -> None:
         self.wrong_from = wrong_from

@@ -48,6 +48,33 @@ def test_features_and_lm_head_shapes(target):
     assert not np.allclose(out.layers[10], out.features)  # a middle layer, not the output
 
 
+def test_fused_features_are_layer_inputs_then_the_final_state(target):
+    """set_features(True, layers): each row is those layers' inputs in order, then the final
+    state (what a fused-layer drafter reads); changing the layers forgets stored features,
+    and a layer the target captures for itself stays captured when the drafter drops it."""
+    tokens = target.tokenize("The quick brown fox jumps over the lazy dog")
+    target.reset()
+    plain = target.decode(tokens)
+    target.reset()
+    target.set_features(True, (3, 10))
+    assert target.features_known_upto() == 0
+    fused = target.decode(tokens)
+    e = target.n_embd
+    assert fused.features.shape == (len(tokens), 3 * e)
+    np.testing.assert_array_equal(fused.features[:, e : 2 * e], fused.layers[10])
+    np.testing.assert_array_equal(fused.features[:, 2 * e :], plain.features)
+    np.testing.assert_array_equal(target.features(0, len(tokens)), fused.features)
+    assert not np.allclose(fused.features[:, :e], fused.layers[10])  # layer 3 is its own
+    target.set_features(True, (3, 10))  # unchanged: the stored features stay
+    assert target.features_known_upto() == len(tokens)
+    target.set_features(True)
+    assert target.features_known_upto() == 0 and target.feature_layers == ()
+    target.reset()
+    again = target.decode(tokens)
+    assert again.features.shape == (len(tokens), e)
+    np.testing.assert_array_equal(again.layers[10], fused.layers[10])
+
+
 def test_rollback_and_prefix_reuse(target):
     target.reset()
     a = target.tokenize("One two three four five six")

@@ -161,3 +161,37 @@ def test_llama_rows_of_one_sequence_survive_the_next(llama_t):
     second, _ = llama_rows(llama_t, _chat_ids(llama_t, "A different, second sequence here."), False)
     assert np.array_equal(first, kept)  # not a view of the target's reused feature store
     assert len(preds) == len(first_ids) and not np.array_equal(first[-1], second[-1])
+
+
+def test_fused_feature_caches_agree_across_sources(
+    torch_t, llama_t, model_path, tmp_path, monkeypatch
+):
+    """A fused-layer cache (layer LAYER's input, then the final state) from either source:
+    rows as wide as the layers say, chunks that agree between llama.cpp and torch, and a
+    cache of other layers beside it never reused."""
+    from engine.hyflash.features import cache_dir_for, feature_cache
+
+    layers = (LAYER,)
+    keys = ["a"]
+    assert cache_dir_for(model_path, keys, layers=layers) != cache_dir_for(model_path, keys)
+    ids = _chat_ids(llama_t, TEXT)
+    tokens = [np.asarray(ids, dtype=np.int64)]
+    e = llama_t.n_embd
+    plain, _ = feature_cache(tokens, model_path, tmp_path / f"{model_path.stem}-plain", threads=1)
+    fused, _ = feature_cache(
+        tokens, model_path, tmp_path / f"{model_path.stem}-fused", threads=1, layers=layers
+    )
+    assert plain[0].shape == (len(ids), e) and fused[0].shape == (len(ids), 2 * e)
+    np.testing.assert_array_equal(fused[0][:, e:], plain[0])
+    llama_t.reset()
+    ref = llama_t.decode(ids)  # the module's llama target captures LAYER itself
+    np.testing.assert_array_equal(fused[0][:, :e], ref.layers[LAYER].astype(np.float16))
+    monkeypatch.setattr(torch_t, "close", lambda: None)
+    monkeypatch.setattr(torch_target, "TorchTarget", lambda *a, **k: torch_t)
+    tfused, _ = feature_cache(
+        tokens, model_path, tmp_path / "torch" / model_path.stem, source="torch-fp32", layers=layers
+    )
+    got = np.asarray(tfused[0], dtype=np.float32)
+    want = np.asarray(fused[0], dtype=np.float32)
+    for chunk in (slice(0, e), slice(e, 2 * e)):
+        assert _cosine(want[:, chunk], got[:, chunk]).mean() >= 0.998

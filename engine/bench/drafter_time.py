@@ -51,7 +51,7 @@ def run_drafter_time(args: argparse.Namespace) -> dict:
     target, drafter = engine.target, engine.drafter
     tokens = engine.chat_tokens([{"role": "user", "content": PROMPT}])
     target.reset()
-    target.set_features(drafter.wants_features)
+    target.set_features(drafter.wants_features, drafter.feature_layers)
     target.prefill(tokens)
     drafter.reset()
     drafter.observe(tokens[:-1], target.features(0, len(tokens) - 1))
@@ -80,7 +80,7 @@ def run_drafter_time(args: argparse.Namespace) -> dict:
             samples[name].append(median_ms(fn, args.calls))
         target.set_features(False)
         plain_t1.append(median_ms(lambda: decode(1), args.calls))
-        target.set_features(drafter.wants_features)
+        target.set_features(drafter.wants_features, drafter.feature_layers)
     # observe grows the drafter's context, so it is timed last, on its own
     observe_ms = median_ms(observe_one, args.calls)
     ms = {name: float(np.median(v)) for name, v in samples.items()}

@@ -35,6 +35,8 @@ class Draft:
 class Drafter(Protocol):
     name: str
     wants_features: bool  # True if observe() needs the target's hidden features
+    # target layers whose inputs come with those features (LlamaTarget.set_features); () = none
+    feature_layers: tuple[int, ...]
 
     def reset(self) -> None:
         """Forget all context (a new conversation or a rebuilt prompt)."""

@@ -18,6 +18,7 @@ class HybridDrafter:
         self.ngram = NgramDrafter(max_ngram=max(3, min_match), min_ngram=min_match)
         self.name = f"{learned.name}+ngram"
         self.wants_features = learned.wants_features
+        self.feature_layers = learned.feature_layers
 
     def reset(self) -> None:
         self.learned.reset()

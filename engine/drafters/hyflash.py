@@ -72,6 +72,13 @@ def check_card(card: dict, target) -> None:
             f"{have_vocab} and hidden size {have_hidden}. Use a drafter trained for this model, "
             "or the n-gram drafter."
         )
+    layers = (card.get("config") or {}).get("feature_layers") or []
+    n_layer = getattr(target, "n_layer", None)
+    if n_layer is not None and any(int(x) >= n_layer for x in layers):
+        raise DrafterMismatchError(
+            f"The HyFlash drafter '{name}' reads target layers {list(layers)}, but {model} has "
+            f"{n_layer} layers. Use a drafter trained for this model, or the n-gram drafter."
+        )
     want_sha = ident.get("gguf_sha256")
     path = getattr(target, "path", None)
     if want_sha and path is not None:
@@ -120,6 +127,7 @@ class HyFlashDrafter:
         self.folder = folder
         self.card = card if card is not None else json.loads((folder / CARD).read_text("utf-8"))
         self.cfg = DrafterConfig.from_dict(self.card["config"])
+        self.feature_layers = self.cfg.feature_layers
         self.files = self.card.get("files", {})
         self.weights = weights
         # through the backend choice's provider list, with its verified fallback (a provider

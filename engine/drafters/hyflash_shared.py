@@ -16,7 +16,7 @@ import json
 import mmap
 import struct
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ import numpy as np
 
 CARD = "card.json"
 CARD_FORMAT = "hyflash-drafter"
-CARD_VERSION = 2  # 2: the propose graph takes `slots` (score only those); 1 still reads
+CARD_VERSION = 3  # 3: fused feature_layers; 2: the propose graph takes `slots`; 1, 2 still read
 PROPOSE_ONNX = "model_propose.onnx"
 OBSERVE_ONNX = "model_observe.onnx"
 DRAFT_VOCAB = "draft_vocab.npy"
@@ -44,6 +44,9 @@ class DrafterConfig:
     # --- target interface ---
     hidden_size: int = 576  # target n_embd: width of its token embedding and LM head
     feature_dim: int = 576  # width of the target features fed to the drafter (k * n_embd if fused)
+    # target layers whose inputs are fed beside the final state (fused features: low, middle,
+    # high as EAGLE-3 / DFlash); empty = the final normed state only (every card before v4)
+    feature_layers: tuple[int, ...] = field(default_factory=tuple)
     vocab_size: int = 49152  # target vocabulary
     # --- backbone ---
     d_model: int = 384
@@ -72,6 +75,7 @@ class DrafterConfig:
     observe_chunk: int = 16  # most new tokens one exported observe() call takes (gdn: <= 16)
 
     def __post_init__(self) -> None:
+        self.feature_layers = tuple(int(x) for x in self.feature_layers)  # JSON gives a list
         self.validate()
 
     def validate(self) -> None:
@@ -89,6 +93,16 @@ class DrafterConfig:
         need(self.window >= 1, "window must be >= 1")
         need(0 <= self.draft_vocab_size <= self.vocab_size, "draft_vocab_size out of range")
         need(self.observe_chunk >= 1 and self.scan_chunk >= 1, "chunk sizes must be >= 1")
+        need(
+            len(set(self.feature_layers)) == len(self.feature_layers)
+            and all(x >= 0 for x in self.feature_layers),
+            "feature_layers must be distinct layer ids >= 0",
+        )
+        need(
+            not self.feature_layers
+            or self.feature_dim == (len(self.feature_layers) + 1) * self.hidden_size,
+            "feature_dim must be (len(feature_layers) + 1) * hidden_size",
+        )
         # the exported GDN chunk inverts (I + A) by repeated squaring: exact in fp32 up to 16
         need(
             self.memory != "gdn" or self.observe_chunk <= 16,

@@ -22,6 +22,7 @@ from engine.drafters.hyflash_shared import NgramIndex
 class NgramDrafter:
     name = "ngram"
     wants_features = False
+    feature_layers: tuple[int, ...] = ()
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         self.index = NgramIndex(max_ngram, min_ngram)

@@ -12,6 +12,7 @@ from engine.drafters.base import Draft
 class NoDrafter:
     name = "none"
     wants_features = False
+    feature_layers: tuple[int, ...] = ()
 
     def reset(self) -> None:
         pass

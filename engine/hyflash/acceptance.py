@@ -112,24 +112,37 @@ def _target_decode_ms(target, context: int = 256, n: int = 48) -> float:
     return 1000 * float(np.median(times))
 
 
-def _load_walks_input(args: argparse.Namespace, gguf: Path) -> tuple[list, ...]:
-    """(tokens, prompt_lens, keys, features, file stem) per answer of every --answers file,
-    features from the prefill cache."""
+def _load_walks_input(args: argparse.Namespace, gguf: Path) -> tuple:
+    """(tokens, prompt_lens, keys, file stem) per answer of every --answers file, and
+    features_for(layers): their features (with those fused target layers) from the prefill
+    cache, computed once per set of layers."""
     from engine.hyflash.features import cache_dir_for, feature_cache, load_corpus
 
     if args.cache and len(args.answers) > 1:
         raise SystemExit("--cache names one answers file's feature cache; give one --answers")
-    tokens, prompt_lens, keys, feats, files = [], [], [], [], []
+    tokens, prompt_lens, keys, files, per_file = [], [], [], [], []
     for answers in args.answers:
         t, p, k = load_corpus(Path(answers), args.max_len)
         t, p, k = t[: args.limit], p[: args.limit], k[: args.limit]
-        cache = Path(args.cache) if args.cache else cache_dir_for(gguf, k)
         tokens += t
         prompt_lens += p
         keys += k
-        feats += feature_cache(t, gguf, cache)[0]
         files += [Path(answers).stem] * len(t)
-    return tokens, prompt_lens, keys, feats, files
+        per_file.append((t, k))
+    known: dict[tuple[int, ...], list] = {}
+
+    def features_for(layers: tuple[int, ...]) -> list:
+        if layers not in known:
+            known[layers] = []
+            for t, k in per_file:
+                cache = cache_dir_for(gguf, k, layers=layers)
+                if args.cache:
+                    suffix = "-L" + "-".join(str(x) for x in layers) if layers else ""
+                    cache = Path(args.cache + suffix)
+                known[layers] += feature_cache(t, gguf, cache, layers=layers)[0]
+        return known[layers]
+
+    return tokens, prompt_lens, keys, files, features_for
 
 
 def _tau(walks: list[Walk]) -> float:
@@ -183,7 +196,7 @@ def run(args: argparse.Namespace) -> dict:
     from engine.target import LlamaTarget
 
     model_id, gguf = resolve_target(args.model)
-    tokens, prompt_lens, keys, feats, files = _load_walks_input(args, gguf)
+    tokens, prompt_lens, keys, files, features_for = _load_walks_input(args, gguf)
     blocks = [int(b) for b in args.blocks.split(",")]
     specs = [s.split("=", 1) if "=" in s else [s, s] for s in args.drafter]
     rows = []
@@ -191,6 +204,11 @@ def run(args: argparse.Namespace) -> dict:
         decode_ms = _target_decode_ms(target)
         for label, spec in specs:
             drafter = make_drafter(spec, model_id, target)
+            feats = (
+                features_for(drafter.feature_layers)
+                if drafter.wants_features
+                else [None] * len(tokens)
+            )
             for block in blocks:
                 walks = [
                     walk_answer(drafter, t, f, p, block)

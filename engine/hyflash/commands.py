@@ -470,18 +470,23 @@ def _corpus_with_features(
     gguf: Path,
     cache: str | None,
     max_answers: int | None,
+    layers: tuple[int, ...],
 ):
-    """(tokens, prompt_lens, keys, features, labels or None) of one corpus, features (and
-    target labels) from the prefill cache; rank 0 fills the cache, the others wait for it."""
+    """(tokens, prompt_lens, keys, features, labels or None) of the first max_answers
+    sequences of one corpus, features (and target labels) from the prefill cache; rank 0 fills
+    the cache, the others wait for it. A subset has a cache of its own: a larger run later
+    copies those sequences' features from it (features.py reuses them by content)."""
     import torch.distributed as dist
 
     from engine.hyflash.features import cache_dir_for, feature_cache, load_corpus, resolve_source
 
     tokens, prompt_lens, keys = load_corpus(path, args.max_len)
+    n = max_answers or len(tokens)
+    tokens, prompt_lens, keys = tokens[:n], prompt_lens[:n], keys[:n]
     if not tokens:
         return [], [], [], [], None
     source = resolve_source(args.feature_source, args.torch_dtype, args.torch_device)
-    cache_dir = Path(cache) if cache else cache_dir_for(gguf, keys, with_labels, source)
+    cache_dir = Path(cache) if cache else cache_dir_for(gguf, keys, with_labels, source, layers)
     distributed = dist.is_available() and dist.is_initialized()
     rank = dist.get_rank() if distributed else 0
     if rank == 0:
@@ -494,6 +499,7 @@ def _corpus_with_features(
             with_labels=with_labels,
             source=source,
             device=args.torch_device,
+            layers=layers,
         )
         n_tok = sum(len(t) for t in tokens)
         took = time.perf_counter() - start
@@ -506,23 +512,28 @@ def _corpus_with_features(
         dist.barrier()
     if rank != 0:
         feats, labels = feature_cache(
-            tokens, gguf, cache_dir, with_labels=with_labels, source=source
+            tokens, gguf, cache_dir, with_labels=with_labels, source=source, layers=layers
         )
-    # a subset after the cache, so data-budget experiments reuse the whole corpus's features
-    n = max_answers or len(tokens)
-    labels = labels[:n] if labels is not None else None
-    return tokens[:n], prompt_lens[:n], keys[:n], feats[:n], labels
+    return tokens, prompt_lens, keys, feats, labels
 
 
-def _training_corpus(args: argparse.Namespace, gguf: Path) -> tuple[list, ...]:
+def _training_corpus(
+    args: argparse.Namespace, gguf: Path, layers: tuple[int, ...]
+) -> tuple[list, ...]:
     """(tokens, prompt_lens, keys, features, labels or None) of --corpus, with --extra-corpus
     appended (always labelled by the target: it did not write that text)."""
     tokens, prompt_lens, keys, feats, labels = _corpus_with_features(
-        Path(args.corpus), args.labels == "target", args, gguf, args.cache, args.max_answers
+        Path(args.corpus),
+        args.labels == "target",
+        args,
+        gguf,
+        args.cache,
+        args.max_answers,
+        layers,
     )
     if not tokens or not args.extra_corpus:
         return tokens, prompt_lens, keys, feats, labels
-    more = _corpus_with_features(Path(args.extra_corpus), True, args, gguf, None, None)
+    more = _corpus_with_features(Path(args.extra_corpus), True, args, gguf, None, None, layers)
     return (
         [*tokens, *more[0]],
         [*prompt_lens, *more[1]],
@@ -537,9 +548,11 @@ def _drafter_config(args: argparse.Namespace, gguf: Path) -> DrafterConfig:
     if args.config:
         return DrafterConfig.load(args.config)
     vocab, hidden = _embedding_shape(gguf)  # the target's, not the default model's
+    layers = tuple(int(x) for x in args.feature_layers.split(",") if x.strip())
     return DrafterConfig(
         hidden_size=hidden,
-        feature_dim=hidden,
+        feature_dim=(len(layers) + 1) * hidden,
+        feature_layers=layers,
         vocab_size=vocab,
         d_model=args.d_model,
         n_layers=args.layers,
@@ -589,13 +602,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     rank, world = init_distributed()
     _, gguf = resolve_target(args.model)
     out = Path(args.out)
-    tokens, prompt_lens, keys, feats, labels = _training_corpus(args, gguf)
+    cfg = _drafter_config(args, gguf)
+    tokens, prompt_lens, keys, feats, labels = _training_corpus(args, gguf, cfg.feature_layers)
     if not tokens:
         print(f"error: no usable answers in {args.corpus}", file=sys.stderr)
         return 2
     data = Sequences(tokens, feats, prompt_lens, labels)
     train_idx, val_idx = _split_val(keys, args.val_frac)
-    cfg = _drafter_config(args, gguf)
     # what the slots must predict: the target's labels where the text is not its own
     answer_tokens = [t[p:] for t, p in zip(labels or tokens, prompt_lens, strict=True)]
     draft_ids = None
@@ -714,6 +727,12 @@ def add_train_parsers(sub) -> None:
     tr.add_argument("--no-cross-slot", action="store_true")
     tr.add_argument("--no-copy", action="store_true")
     tr.add_argument("--draft-vocab", type=int, default=DrafterConfig.draft_vocab_size)
+    tr.add_argument(
+        "--feature-layers",
+        default="",
+        help="target layers whose inputs are fused with the final state as the drafter's "
+        "features, e.g. 4,15,26 (low, middle, high); empty: the final state only",
+    )
     tr.add_argument("--steps", type=int, default=TrainConfig.steps)
     tr.add_argument("--batch", type=int, default=TrainConfig.batch_seqs)
     tr.add_argument("--anchors", type=int, default=TrainConfig.anchors_per_seq)

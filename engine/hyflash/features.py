@@ -1,6 +1,7 @@
 """Training and evaluation data without torch: the self-distilled corpus as token arrays and
-the target's final-layer features for every position, computed once by prefill into a float16
-memmap cache (resumable). Used by training and by the acceptance benchmark.
+the target's features for every position (the final normed state, after the inputs of any
+fused layers: LlamaTarget.set_features), computed once by prefill into a float16 memmap cache
+(resumable). Used by training and by the acceptance benchmark.
 
 The feature source is llama.cpp's prefill ("llama", the default) or, with the [train] extra,
 the same GGUF in torch ("torch-fp32" / "torch-bf16", engine/hyflash/torch_target.py): same
@@ -44,13 +45,19 @@ def resolve_source(source: str, dtype: str = "auto", device: str = "auto") -> st
 
 
 def cache_dir_for(
-    gguf_path: Path, keys: list[str], with_labels: bool = False, source: str = "llama"
+    gguf_path: Path,
+    keys: list[str],
+    with_labels: bool = False,
+    source: str = "llama",
+    layers: tuple[int, ...] = (),
 ) -> Path:
     """The default cache folder of a corpus: named by the target and the answers' keys, so
     training and benchmarks on the same answers share one prefill; torch caches live in
-    runs/features/<source>/."""
+    runs/features/<source>/, fused-layer caches in a folder named by their layers."""
     digest = hashlib.sha1("|".join(keys).encode()).hexdigest()[:12]
     root = Path("runs/features") if source == "llama" else Path("runs/features") / source
+    if layers:
+        root = root / ("L" + "-".join(str(x) for x in layers))
     return root / f"{gguf_path.stem}-{digest}{'-labels' if with_labels else ''}"
 
 
@@ -65,7 +72,9 @@ def sequence_digest(seq: np.ndarray) -> str:
     return hashlib.sha1(np.asarray(seq, dtype=np.int64).tobytes()).hexdigest()[:16]
 
 
-def _reusable(gguf_path: Path, cache_dir: Path, with_labels: bool, source: str) -> dict[str, tuple]:
+def _reusable(
+    gguf_path: Path, cache_dir: Path, with_labels: bool, source: str, layers: tuple[int, ...]
+) -> dict[str, tuple]:
     """digest -> (features memmap, labels memmap or None, offset, length) over the finished
     sequences of the other caches of the same target and source: the features of a sequence
     depend on its tokens alone, so a grown corpus only prefills its new sequences."""
@@ -78,7 +87,7 @@ def _reusable(gguf_path: Path, cache_dir: Path, with_labels: bool, source: str) 
         digests = index.get("digests", [])[: index.get("done", 0)]
         if not digests or not index.get("fingerprint", "").startswith(gguf_path.name + ":"):
             continue
-        if index.get("source", "llama") != source:
+        if index.get("source", "llama") != source or tuple(index.get("layers", ())) != layers:
             continue
         has_labels = (other / "labels.i32").exists()
         if with_labels and not has_labels:
@@ -114,14 +123,28 @@ def llama_rows(target, seq: list[int], with_labels: bool) -> tuple[np.ndarray, l
     return target.features(0, len(seq)).copy(), preds
 
 
-def _torch_rows(target, tokens: list[np.ndarray], batch: list[int], with_labels: bool) -> dict:
-    """index -> (features, next-token predictions or None) of a batch, by one torch forward."""
+def _torch_rows(
+    target, tokens: list[np.ndarray], batch: list[int], with_labels: bool, layers: list[int]
+) -> dict:
+    """index -> (features, next-token predictions or None) of a batch, by one torch forward;
+    features as LlamaTarget's: the fused layers' inputs in order, then the final state."""
     outs = target.forward([tokens[j] for j in batch], next_tokens=with_labels)
-    return {j: (o.features, o.next_tokens) for j, o in zip(batch, outs, strict=True)}
+    return {
+        j: (
+            np.concatenate([*(o.layers[x] for x in layers), o.features], axis=1),
+            o.next_tokens,
+        )
+        for j, o in zip(batch, outs, strict=True)
+    }
 
 
 def _cache_index(
-    tokens: list[np.ndarray], gguf_path: Path, index_path: Path, with_labels: bool, source: str
+    tokens: list[np.ndarray],
+    gguf_path: Path,
+    index_path: Path,
+    with_labels: bool,
+    source: str,
+    layers: tuple[int, ...],
 ) -> tuple[dict, bool]:
     """(index, whether it had digests before): the cache's index.json when it holds these
     sequences, else a fresh one (done = 0)."""
@@ -129,6 +152,8 @@ def _cache_index(
     fingerprint = f"{gguf_path.name}:{len(tokens)}:{total}" + (":labels" if with_labels else "")
     if source != "llama":  # llama caches keep their old fingerprint (still valid)
         fingerprint += f":{source}"
+    if layers:
+        fingerprint += ":L" + ",".join(str(x) for x in layers)
     index = json.loads(index_path.read_text()) if index_path.exists() else {}
     digests = [sequence_digest(t) for t in tokens]
     # same keys and lengths but other tokens (answers regenerated under the same keys) would
@@ -139,11 +164,17 @@ def _cache_index(
     index["digests"] = digests
     index["lengths"] = [len(t) for t in tokens]
     index["source"] = source
+    index["layers"] = list(layers)
     return index, had_digests
 
 
 def _open_source(
-    missing: list[int], gguf_path: Path, source: str, threads: int | None, device: str
+    missing: list[int],
+    gguf_path: Path,
+    source: str,
+    threads: int | None,
+    device: str,
+    layers: tuple[int, ...],
 ):
     """The target that computes the missing sequences' features (None when there are none)."""
     if not missing:
@@ -151,11 +182,15 @@ def _open_source(
     if source == "llama":
         from engine.target import LlamaTarget
 
-        return LlamaTarget(gguf_path, n_ctx=max(missing) + 8, features=True, n_threads=threads)
+        target = LlamaTarget(gguf_path, n_ctx=max(missing) + 8, features=True, n_threads=threads)
+        target.set_features(True, layers)
+        return target
     from engine.hyflash.torch_target import TorchTarget
 
     dtype = source.removeprefix("torch-")
-    return TorchTarget(gguf_path, dtype=dtype, device=device, threads=threads)
+    return TorchTarget(
+        gguf_path, dtype=dtype, device=device, threads=threads, capture_layers=layers
+    )
 
 
 def _fill(
@@ -192,7 +227,7 @@ def _fill(
             else:
                 if i not in pending:
                     batch = _next_batch(i, tokens, index["digests"], reuse, batch_tokens)
-                    pending = _torch_rows(target, tokens, batch, with_labels)
+                    pending = _torch_rows(target, tokens, batch, with_labels, index["layers"])
                 feats, preds = pending.pop(i)
             store[lo:hi] = feats
             if labels is not None:
@@ -221,6 +256,7 @@ def feature_cache(
     source: str = "llama",
     device: str = "auto",
     batch_tokens: int = 4096,
+    layers: tuple[int, ...] = (),
 ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
     """Final-layer target features for every sequence, computed once by prefill into a float16
     memmap (cache_dir/features.f16 + index.json); an interrupted run continues where it was,
@@ -231,22 +267,29 @@ def feature_cache(
     on every row, into labels.i32: training targets for text the target did not write.
 
     source: "llama" (llama.cpp prefill) or "torch-fp32" / "torch-bf16" (resolve_source; the
-    GGUF in torch on `device`, consecutive sequences batched up to batch_tokens padded)."""
+    GGUF in torch on `device`, consecutive sequences batched up to batch_tokens padded).
+
+    layers: fused features: these target layers' inputs come before the final state in each
+    row ((len(layers) + 1) * n_embd wide), as the run-time target gives them."""
+    layers = tuple(layers)
     cache_dir.mkdir(parents=True, exist_ok=True)
     offsets = np.concatenate([[0], np.cumsum([len(t) for t in tokens])])
     total = int(offsets[-1])
     index_path = cache_dir / "index.json"
-    index, had_digests = _cache_index(tokens, gguf_path, index_path, with_labels, source)
+    index, had_digests = _cache_index(tokens, gguf_path, index_path, with_labels, source, layers)
     mode = "r+" if (cache_dir / "features.f16").exists() and index["done"] else "w+"
     target = None
     reuse: dict[str, tuple] = {}
     if index["done"] < len(tokens):
-        reuse = _reusable(gguf_path, cache_dir, with_labels, source)
+        reuse = _reusable(gguf_path, cache_dir, with_labels, source, layers)
         todo = range(index["done"], len(tokens))
         missing = [index["lengths"][i] for i in todo if index["digests"][i] not in reuse]
-        target = _open_source(missing, gguf_path, source, threads, device)
+        target = _open_source(missing, gguf_path, source, threads, device, layers)
+        # the row width (the key's name predates fused layers)
         index["n_embd"] = (
-            target.n_embd if target is not None else next(iter(reuse.values()))[0].shape[1]
+            (len(layers) + 1) * target.n_embd
+            if target is not None
+            else next(iter(reuse.values()))[0].shape[1]
         )
     store = np.memmap(
         cache_dir / "features.f16", dtype=np.float16, mode=mode, shape=(total, int(index["n_embd"]))

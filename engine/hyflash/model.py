@@ -256,6 +256,15 @@ class HyFlashModel(nn.Module):
         return self.embedding[ids]
 
     def context_entries(self, features: Tensor, token_emb: Tensor) -> Tensor:
+        if self.cfg.feature_layers:
+            # fused: the captured layers are raw residual streams whose scale grows with
+            # depth (mean |x| ~2 at layer 4, ~13 at layer 26 of SmolLM2-135M); normalise each
+            # to unit RMS so one does not drown the others. The final state is normed already.
+            e = self.cfg.hidden_size
+            raw, final = features[..., :-e], features[..., -e:]
+            raw = raw.unflatten(-1, (len(self.cfg.feature_layers), e))
+            raw = raw * torch.rsqrt(raw.pow(2).mean(-1, keepdim=True) + 1e-6)
+            features = torch.cat([raw.flatten(-2), final], dim=-1)
         return self.ctx_norm(self.ctx_feat(features) + self.ctx_tok(token_emb))
 
     def context_cache(
