@@ -376,3 +376,34 @@ def test_real_gguf_weights_match_the_target():
         assert target.n_vocab == ident.vocab_size and target.n_embd == ident.hidden_size
     finally:
         target.close()
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_causal_slots_make_a_short_block_the_start_of_the_whole_one(causal):
+    """With causal slots the propose graph's S + 1 rows give what the first S slots of the
+    trained block give; with bidirectional slots the later slots change the earlier ones
+    (so a short block would not be the same drafter)."""
+    cfg = tiny_config(causal_slots=causal, block_size=6, memory="mamba2")
+    model = tiny_model(cfg, seed=3)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    assert cfg.short_blocks == causal
+    n_out = 2
+    _, full_in = example_inputs(cfg, n_ctx=8, seed=1)
+    _, short_in = example_inputs(cfg, n_ctx=8, seed=1, n_out=n_out)
+    # a short block's graph takes one candidate per scored slot: the full block's first ones
+    assert short_in["cand_emb"].shape[1] == (n_out if causal else cfg.n_slots)
+    short_in["cand_emb"] = full_in["cand_emb"][:, :n_out]
+    short_in["cand_match"] = full_in["cand_match"][:, :n_out]
+    graph = ProposeGraph(model)
+    with torch.no_grad():
+        full = graph(**full_in)[0][:, :n_out]
+        cfg.causal_slots = True  # run the short path on this model's weights either way
+        short = graph(**short_in)[0]
+        cfg.causal_slots = causal
+    assert short.shape == full.shape
+    if causal:
+        torch.testing.assert_close(short, full, atol=1e-5, rtol=0)
+    else:
+        assert (short - full).abs().max() > 1e-3

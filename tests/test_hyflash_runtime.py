@@ -33,6 +33,8 @@ VARIANTS = {
     "hyflash-mamba2": dict(memory="mamba2"),
     "hyflash-gdn-last1-noncross": dict(memory="gdn", history="last1", cross_slot=False),
     "full-attention-nocopy": dict(attention="full", memory="none", copy=False),
+    # causal slots: a propose of S drafts runs S + 1 rows (short blocks)
+    "hyflash-causal-slots": dict(memory="mamba2", causal_slots=True, block_size=6),
     # fused target features: two captured layers' inputs before the final state
     "hyflash-fused-layers": dict(memory="mamba2", feature_layers=(1, 3), feature_dim=3 * E),
 }
@@ -93,6 +95,8 @@ def test_incremental_observe_matches_torch_on_whole_context(stand_in, drafters, 
     model, path = drafters[name]
     drafter = HyFlashDrafter.load(path, target, weights="fp32")
     assert isinstance(drafter, Drafter) and drafter.name == "hyflash" and drafter.wants_features
+    card = json.loads((path / "card.json").read_text())
+    assert card["short_blocks"] == model.cfg.short_blocks  # the short path is tested below
     tokens, feats, anchor = _context(seed=1, t=30, width=model.cfg.feature_dim)
     i = 0
     for step in (1, 5, 11, 3, 2, 8):

@@ -155,6 +155,8 @@ class HyFlashDrafter:
             raise DrafterMismatchError("the target's embedding width does not match the drafter")
         cfg = self.cfg
         self._n_slots = cfg.n_slots
+        # graphs that run only the rows a propose scores (HyFlashModel causal slots)
+        self._short = bool(self.card.get("short_blocks", False))
         self._hist_len = cfg.history_len if cfg.memory != "none" else None
         # GDN's exported chunk is exact up to observe_chunk tokens; the other graphs take any
         # length, so long prompts go through in few calls
@@ -346,7 +348,8 @@ class HyFlashDrafter:
     def propose(self, anchor: int, max_tokens: int, *, with_logits: bool = True) -> Draft:
         if max_tokens <= 0:
             return Draft.empty()
-        n = min(max_tokens, self._n_slots)  # the block always runs whole; score what is asked
+        # short-block graphs run the anchor and n slots; others the whole block, scoring n
+        n = min(max_tokens, self._n_slots)
         vocab_lp, copy_lp, copy_ids = self.propose_raw(anchor, n)
         if not with_logits:  # greedy: the winners without a scatter into the whole vocabulary
             tokens, top = self.mixture_argmax(vocab_lp, copy_lp, copy_ids)
@@ -412,7 +415,7 @@ class HyFlashDrafter:
         n_out = self._n_slots if n_out is None else min(n_out, self._n_slots)
         if self._state_dirty:
             self._rebuild_state()
-        n_slots = self._n_slots
+        n_slots = n_out if self._short else self._n_slots
         length = self._len if cfg.attention == "full" else self._cap
         length = max(length, 1)  # an empty context still feeds one (masked) entry
         valid = np.zeros((1, length), dtype=np.float32)

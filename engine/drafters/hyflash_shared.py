@@ -61,6 +61,9 @@ class DrafterConfig:
     memory: str = "mamba2"  # "mamba2" | "gdn" | "none" (SWA-only baseline)
     history: str = "all"  # which committed history the recurrent memory sees
     cross_slot: bool = True  # slots attend to each other (bidirectional inside the block)
+    # with cross_slot: each slot sees the anchor and the slots before it only, so a block of B
+    # is the first B rows of the trained block and the run time computes just those
+    causal_slots: bool = False
     mem_heads: int = 4
     mem_key_dim: int = 32  # Dk (Mamba-2: d_state N)
     mem_value_dim: int = 64  # Dv (Mamba-2: head dim P)
@@ -123,6 +126,12 @@ class DrafterConfig:
     def history_len(self) -> int | None:
         """How many most recent committed features the memory sees (None: all of them)."""
         return {"all": None, "last512": 512, "last1": 1}[self.history]
+
+    @property
+    def short_blocks(self) -> bool:
+        """Whether a block's first rows do not depend on its later ones (no slot sees a later
+        slot), so a propose for S drafts can run S + 1 rows instead of block_size."""
+        return self.causal_slots or not self.cross_slot
 
     @property
     def variant(self) -> str:

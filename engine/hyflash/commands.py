@@ -563,6 +563,7 @@ def _drafter_config(args: argparse.Namespace, gguf: Path) -> DrafterConfig:
         memory=args.memory,
         history=args.history,
         cross_slot=not args.no_cross_slot,
+        causal_slots=args.causal_slots,
         copy=not args.no_copy,
         draft_vocab_size=args.draft_vocab,
     )
@@ -725,6 +726,11 @@ def add_train_parsers(sub) -> None:
     tr.add_argument("--memory", default=DrafterConfig.memory, choices=MEMORY_KINDS)
     tr.add_argument("--history", default=DrafterConfig.history, choices=HISTORY_KINDS)
     tr.add_argument("--no-cross-slot", action="store_true")
+    tr.add_argument(
+        "--causal-slots",
+        action="store_true",
+        help="slots see earlier slots only: a block of B runs B rows at run time, not 16",
+    )
     tr.add_argument("--no-copy", action="store_true")
     tr.add_argument("--draft-vocab", type=int, default=DrafterConfig.draft_vocab_size)
     tr.add_argument(

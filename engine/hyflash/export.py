@@ -14,6 +14,9 @@ Two ONNX graphs (opset 18, exported from the torch module by torch.onnx's dynamo
            verified minus one). All B-1 slots run through the block; only the scored ones
            pay for the heads, the LM head over the draft vocabulary being the costliest
            node (card format 2; format-1 graphs have no `slots` and score all).
+           Short blocks (card "short_blocks", config.short_blocks: no slot sees a later
+           one): slots must be 0..S-1, cand_emb / cand_match hold S rows, and only the
+           anchor and those S slots run.
 
 The window itself lives in numpy at run time (it is a cache of observe outputs), so the
 graphs are stateless. Embedding rows are inputs: the run time reads them from the target GGUF
@@ -93,11 +96,14 @@ class ProposeGraph(nn.Module):
         m = self.model
         cfg = m.cfg
         kv = [(ctx_kv[:, i, 0][:, None], ctx_kv[:, i, 1][:, None]) for i in range(cfg.n_layers)]
-        slot_pos = (pos + torch.arange(cfg.block_size, device=pos.device)).to(torch.float32)
-        slot_pos = slot_pos[None, None]  # (1, 1, B)
+        # short blocks: the anchor and the S scored slots only (slots = 0..S-1, candidates
+        # for those S); otherwise the whole trained block runs and `slots` picks the scored
+        n_mask = slots.shape[0] if cfg.short_blocks else cfg.n_slots
+        slot_pos = (pos + torch.arange(n_mask + 1, device=pos.device)).to(torch.float32)
+        slot_pos = slot_pos[None, None]  # (1, 1, rows)
         if cfg.copy:
             cand_emb, cand_match, ctx_ptr = cand_emb[:, None], cand_match[:, None], ctx_ptr[:, None]
-        slot_x = m.slot_inputs(anchor_emb, cand_emb, cand_match)
+        slot_x = m.slot_inputs(anchor_emb, cand_emb, cand_match, n_mask)
         st = state[:, None] if state is not None else None
         vocab_lp, copy_lp, _ = m.run_block(
             slot_x,
@@ -108,7 +114,7 @@ class ProposeGraph(nn.Module):
             st,
             cand_match,
             head=self.head if self.fold else None,
-            out_slots=slots,
+            out_slots=None if cfg.short_blocks else slots,
         )
         if copy_lp is None:
             return (vocab_lp[:, 0],)
@@ -146,6 +152,8 @@ def example_inputs(
 ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """Random inputs for both graphs (export tracing and tests); n_out: slots scored (all)."""
     g = torch.Generator().manual_seed(seed)
+    n_out = cfg.n_slots if n_out is None else n_out
+    n_cand = n_out if cfg.short_blocks else cfg.n_slots
     n = n_new or cfg.observe_chunk
     length = n_ctx or cfg.window
     state = torch.randn(1, cfg.mem_heads, cfg.mem_key_dim, cfg.mem_value_dim, generator=g) * 0.1
@@ -162,10 +170,10 @@ def example_inputs(
         "ctx_kv": torch.randn(1, cfg.n_layers, 2, length, cfg.d_model, generator=g),
         "ctx_valid": torch.ones(1, length),
         "state": state,
-        "cand_emb": torch.randn(1, cfg.n_slots, cfg.hidden_size, generator=g),
-        "cand_match": torch.randint(0, cfg.max_ngram + 1, (1, cfg.n_slots), generator=g),
+        "cand_emb": torch.randn(1, n_cand, cfg.hidden_size, generator=g),
+        "cand_match": torch.randint(0, cfg.max_ngram + 1, (1, n_cand), generator=g),
         "ctx_ptr": torch.randn(1, length, cfg.ptr_dim, generator=g),
-        "slots": torch.arange(cfg.n_slots if n_out is None else n_out),
+        "slots": torch.arange(n_out),
     }
     io = graph_io(cfg)
     return (
@@ -219,6 +227,8 @@ def export_onnx(model: HyFlashModel, out_dir: str | Path) -> dict[str, Path]:
         "ctx_ptr": {1: l_dim},
         "slots": {0: s_dim},
     }
+    if cfg.short_blocks:  # one candidate per scored slot
+        prop_dyn |= {"cand_emb": {1: s_dim}, "cand_match": {1: s_dim}}
     paths = {
         "observe": out / hyflash_shared.OBSERVE_ONNX,
         "propose": out / hyflash_shared.PROPOSE_ONNX,
@@ -308,6 +318,8 @@ def export_drafter(
         "target": ident,
         "config": cfg.to_dict(),
         "block_size_trained": cfg.block_size,
+        # the propose graph runs S + 1 rows for S drafts (format 3; older cards: the whole block)
+        "short_blocks": cfg.short_blocks,
         "data": data,
         "metrics": metrics or {},
         "files": files,

@@ -214,6 +214,8 @@ class HyFlashModel(nn.Module):
         slot_bias = torch.zeros(cfg.block_size, cfg.block_size)
         if not cfg.cross_slot:  # each slot sees the context and itself only
             slot_bias = torch.where(idx[:, None] == idx[None, :], 0.0, NEG)
+        elif cfg.causal_slots:  # ... and the slots before it
+            slot_bias = torch.where(idx[None, :] <= idx[:, None], 0.0, NEG)
         self.register_buffer("slot_bias", slot_bias, persistent=False)
         w = cfg.gamma ** torch.arange(cfg.n_slots, dtype=torch.float32)
         self.register_buffer("slot_weight", w, persistent=False)
@@ -276,15 +278,21 @@ class HyFlashModel(nn.Module):
         return kv, ptr
 
     def slot_inputs(
-        self, anchor_emb: Tensor, cand_emb: Tensor | None, cand_match: Tensor | None
+        self,
+        anchor_emb: Tensor,
+        cand_emb: Tensor | None,
+        cand_match: Tensor | None,
+        n_mask: int | None = None,
     ) -> Tensor:
-        """anchor_emb (N, A, E), cand_emb (N, A, B-1, E), cand_match (N, A, B-1) -> (N, A, B, d)."""
+        """anchor_emb (N, A, E), cand_emb (N, A, S, E), cand_match (N, A, S) -> (N, A, S+1, d)
+        for the first S = n_mask mask slots (all B-1 when None; fewer only for short_blocks)."""
+        n_mask = self.cfg.n_slots if n_mask is None else n_mask
         first = self.anchor_in(anchor_emb)[:, :, None]
-        rest = self.mask_emb.expand(*anchor_emb.shape[:2], self.cfg.n_slots, -1)
+        rest = self.mask_emb.expand(*anchor_emb.shape[:2], n_mask, -1)
         if self.cfg.copy:
             has = (cand_match > 0).to(cand_emb.dtype)[..., None]
             rest = rest + self.cand_in(cand_emb) * has + self.match_emb(cand_match)
-        return torch.cat([first, rest], dim=2) + self.slot_emb
+        return torch.cat([first, rest], dim=2) + self.slot_emb[: n_mask + 1]
 
     def run_block(
         self,
@@ -309,8 +317,10 @@ class HyFlashModel(nn.Module):
         Returns vocab_lp (N, A, S, V_d), copy_lp (N, A, S, L+1) or None, gate (.., 3)."""
         ctx_bias = (1.0 - ctx_valid) * NEG  # (N, A, L)
         h = slot_x
+        rows = slot_x.shape[2]  # block_size, or fewer for a short block (short_blocks)
+        slot_bias = self.slot_bias[:rows, :rows]
         for layer, (ck, cv) in zip(self.layers, ctx_kv, strict=True):
-            h = layer(h, slot_pos, ck, cv, ctx_bias, self.slot_bias, self.memory, state)
+            h = layer(h, slot_pos, ck, cv, ctx_bias, slot_bias, self.memory, state)
         h = h[:, :, 1:]  # the mask slots
         mask_pos = slot_pos[:, :, 1:]
         if out_slots is not None:

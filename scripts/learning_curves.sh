@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Issue 16, item 3: what limits tau? One small recipe (torch-side features, block 16, seed 0,
+# --steps updates of 8 sequences x 16 anchors), varied along one axis at a time, every
+# drafter exported INT8 and walked over the 72 held-out llama.cpp answers in one
+# `hyflash acceptance` call (each walk gets llama.cpp's features of the layers its card names).
+#   base        150 answers, d=384, 1 layer, final-state features
+#   data-N      N answers (the data axis at equal steps)
+#   layers-2    2 drafter layers; d576: d_model 576 (the capacity axis)
+#   fused       target layers 2, 15, 27 (inputs) fused with the final state (EAGLE-3's picks)
+#   causal      causal slots (a block of B runs B rows at run time: the drafter-time axis)
+# A variant whose run folder holds its last checkpoint is not trained again.
+# Usage: scripts/learning_curves.sh [STEPS] [OUT] [VARIANT ...]
+#        (defaults: 300 runs/curves base fused data-75 data-300 data-600 layers-2 d576)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+steps=${1:-300}
+out=${2:-runs/curves}
+shift $(( $# >= 2 ? 2 : $# ))
+variants=("$@")
+if [ ${#variants[@]} -eq 0 ]; then
+    variants=(base fused data-75 data-300 data-600 layers-2 d576)
+fi
+hf=.venv/bin/hyflash
+mkdir -p "$out"
+walk=()
+for name in "${variants[@]}"; do
+    args=(--max-answers 150)
+    case $name in
+        base) ;;
+        fused) args+=(--feature-layers 2,15,27) ;;
+        data-*) args=(--max-answers "${name#data-}") ;;
+        layers-2) args+=(--layers 2) ;;
+        d576) args+=(--d-model 576) ;;
+        causal) args+=(--causal-slots) ;;
+        *) echo "unknown variant $name" >&2; exit 2 ;;
+    esac
+    if ! grep -q "final loss" "$out/$name.log" 2>/dev/null; then
+        $hf train --out "$out/$name" --feature-source torch --steps "$steps" \
+            --eval-every "$steps" --block-size 16 --threads 2 --quiet "${args[@]}" \
+            > "$out/$name.log" 2>&1
+        $hf export --run "$out/$name" --checkpoint checkpoint.pt --out "$out/$name-drafter" \
+            --name "curve-$name" --quantize int8 --keep-only int8 >> "$out/$name.log" 2>&1
+    fi
+    walk+=(--drafter "$name=$out/$name-drafter")
+done
+$hf acceptance "${walk[@]}" --drafter ngram=ngram --blocks 4,8,16 --threads 2 \
+    --out "$out/acceptance"
