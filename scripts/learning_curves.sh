@@ -8,9 +8,9 @@
 #   layers-2    2 drafter layers; d576: d_model 576 (the capacity axis)
 #   fused       target layers 2, 15, 27 (inputs) fused with the final state (EAGLE-3's picks)
 #   causal      causal slots (a block of B runs B rows at run time: the drafter-time axis)
-# A variant whose run folder holds its last checkpoint is not trained again.
+# A variant already exported is not trained again (an interrupted one resumes).
 # Usage: scripts/learning_curves.sh [STEPS] [OUT] [VARIANT ...]
-#        (defaults: 300 runs/curves base fused data-75 data-300 data-600 layers-2 d576)
+#        (defaults: 300 runs/curves base fused causal data-75 data-300 data-600 layers-2 d576)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-300}
@@ -18,7 +18,7 @@ out=${2:-runs/curves}
 shift $(( $# >= 2 ? 2 : $# ))
 variants=("$@")
 if [ ${#variants[@]} -eq 0 ]; then
-    variants=(base fused data-75 data-300 data-600 layers-2 d576)
+    variants=(base fused causal data-75 data-300 data-600 layers-2 d576)
 fi
 hf=.venv/bin/hyflash
 mkdir -p "$out"
@@ -34,7 +34,7 @@ for name in "${variants[@]}"; do
         causal) args+=(--causal-slots) ;;
         *) echo "unknown variant $name" >&2; exit 2 ;;
     esac
-    if ! grep -q "final loss" "$out/$name.log" 2>/dev/null; then
+    if [ ! -f "$out/$name-drafter/card.json" ]; then
         $hf train --out "$out/$name" --feature-source torch --steps "$steps" \
             --eval-every "$steps" --block-size 16 --threads 2 --quiet "${args[@]}" \
             > "$out/$name.log" 2>&1
