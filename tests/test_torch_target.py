@@ -195,3 +195,29 @@ def test_fused_feature_caches_agree_across_sources(
     want = np.asarray(fused[0], dtype=np.float32)
     for chunk in (slice(0, e), slice(e, 2 * e)):
         assert _cosine(want[:, chunk], got[:, chunk]).mean() >= 0.998
+
+
+def test_auto_feature_source_takes_what_torch_check_measured_here(tmp_path, monkeypatch):
+    """torch-check records the fastest source whose features agree with llama.cpp's; `auto`
+    takes it on the same machine only, and torch (native dtype) where nothing was measured."""
+    from engine.hyflash import features
+    from engine.hyflash.commands import _record_source_verdict
+
+    verdict = tmp_path / "source.json"
+    monkeypatch.setattr(features, "SOURCE_VERDICT", verdict)
+    native = f"torch-{torch_target.resolve_dtype('auto')}"
+    assert features.resolve_source("auto") == native  # nothing measured yet
+    table = [
+        {"source": "llama", "features_tok_s": 150.0},
+        {"source": "torch-fp32", "features_tok_s": 140.0, "cosine_mean": 0.9997},
+        {"source": "torch-bf16", "features_tok_s": 900.0, "cosine_mean": 0.95},  # disagrees
+    ]
+    assert _record_source_verdict(table, "auto", verdict) == "llama"
+    assert features.resolve_source("auto") == "llama"
+    assert features.resolve_source("torch", "fp32") == "torch-fp32"  # explicit wins
+    table[1]["features_tok_s"] = 370.0
+    assert _record_source_verdict(table, "auto", verdict) == "torch-fp32"
+    assert features.resolve_source("auto") == "torch-fp32"
+    # measured on another machine: not trusted here
+    monkeypatch.setattr(features, "source_machine", lambda device="auto": "another CPU")
+    assert features.resolve_source("auto") == native

@@ -313,6 +313,7 @@ def _llama_check(gguf: Path, seqs: list, prompts: list, args: argparse.Namespace
     ordered = [answers[str(i)] for i in range(len(prompts))]
     return {
         "name": f"llama.cpp cpu ({target.n_threads} threads)",
+        "source": "llama",
         "features_tok_s": n_tok / feat_s,
         "labels_tok_s": n_tok / label_s,
         "generation_tok_s": sum(len(a) for a in ordered) / gen_s,
@@ -341,6 +342,7 @@ def _torch_check(
     ordered = [a for a, _ in answers]
     return {
         "name": f"torch {target.dtype} {target.device}",
+        "source": f"torch-{target.dtype}",
         "features_tok_s": n_tok / feat_s,
         "labels_tok_s": n_tok / label_s,
         "generation_tok_s": sum(len(a) for a in ordered) / gen_s,
@@ -420,7 +422,29 @@ def cmd_data_torch_check(args: argparse.Namespace) -> int:
         "results": table,
     }
     publish(result, _torch_check_markdown(result), args.out, "torch_check")
+    _record_source_verdict(table, args.device)
     return 0
+
+
+def _record_source_verdict(table: list[dict], device: str, path: Path | None = None) -> str:
+    """Remember the fastest feature source among those whose features agree with llama.cpp's
+    (cosine mean >= 0.995), so `hyflash train --feature-source auto` takes it on this machine."""
+    import json
+
+    from engine.hyflash import features
+
+    path = path or features.SOURCE_VERDICT
+    fit = [r for r in table if r["source"] == "llama" or r.get("cosine_mean", 0) >= 0.995]
+    best = max(fit, key=lambda r: r["features_tok_s"])
+    verdict = {
+        "machine": features.source_machine(device),
+        "source": best["source"],
+        "features_tok_s": {r["source"]: r["features_tok_s"] for r in table},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(verdict, indent=2))
+    print(f"feature source for this machine: {best['source']} (recorded in {path})")
+    return best["source"]
 
 
 def _torch_check_markdown(result: dict) -> str:
@@ -768,10 +792,11 @@ def add_train_parsers(sub) -> None:
     )
     tr.add_argument(
         "--feature-source",
-        default="llama",
-        choices=["llama", "torch"],
+        default="auto",
+        choices=["auto", "llama", "torch"],
         help="who computes features (and --labels target): llama.cpp prefill, or the same "
-        "GGUF in torch (hyflash data torch-check says which is faster and how close)",
+        "GGUF in torch; auto: the faster one `hyflash data torch-check` measured here, else "
+        "torch",
     )
     _add_torch_args(tr)
     tr.add_argument("--quiet", action="store_true")
