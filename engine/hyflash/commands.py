@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -662,6 +663,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"final loss {history[-1]['loss']:.4f} after {len(history)} steps")
     if world > 1:
         dist.destroy_process_group()
+        # everything is saved and closed: leave without interpreter teardown, where a gloo
+        # worker thread has aborted a torchrun child once ("terminate called without an
+        # active exception" during finalisation, after a finished run)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
