@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.catalog import CatalogEntry, load_catalog
+from engine.engine import hyflash_status
 from engine.events import EngineError
 from engine.models import resolve_target
 from engine.units import format_size
@@ -93,6 +94,18 @@ class _Row:
         self.name: QTableWidgetItem | None = None
 
 
+def _drafter_item(entry: CatalogEntry) -> QTableWidgetItem:
+    """Which speculative drafter the model gets: a shipped HyFlash drafter, or n-gram lookup."""
+    has, why = hyflash_status(entry.id)
+    item = QTableWidgetItem("HyFlash" if has else "n-gram")
+    item.setToolTip(
+        "A learned HyFlash drafter ships for this model"
+        if has
+        else f"{why} Speculative decoding uses n-gram lookup (no drafter model needed)."
+    )
+    return item
+
+
 class ModelManager(QDialog):
     modelChosen = Signal(str)
     requestDownload = Signal(object, object)
@@ -113,9 +126,9 @@ class ModelManager(QDialog):
         intro.setWordWrap(True)
         intro.setObjectName("Muted")
         col.addWidget(intro)
-        self.table = QTableWidget(0, 6)
+        self.table = QTableWidget(0, 7)
         self.table.setHorizontalHeaderLabels(
-            ["Model", "Size", "RAM needed", "Context", "Status", ""]
+            ["Model", "Size", "RAM needed", "Context", "Drafter", "Status", ""]
         )
         self.table.verticalHeader().setVisible(False)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
@@ -126,7 +139,7 @@ class ModelManager(QDialog):
         self.table.verticalHeader().setDefaultSectionSize(38)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for i in range(1, 6):
+        for i in range(1, 7):
             header.setSectionResizeMode(i, QHeaderView.ResizeMode.ResizeToContents)
         col.addWidget(self.table, 1)
         self.message = QLabel()
@@ -159,16 +172,18 @@ class ModelManager(QDialog):
             ram.setForeground(Qt.GlobalColor.red)
             ram.setToolTip("More than this computer's memory")
         ctx = QTableWidgetItem(f"{entry.context_length // 1024}K" if entry.context_length else "?")
-        for c, item in enumerate(
-            (name, QTableWidgetItem(format_size(entry.size_bytes)), ram, ctx, row.status)
-        ):
+        size = QTableWidgetItem(format_size(entry.size_bytes))
+        for c, item in enumerate((name, size, ram, ctx, _drafter_item(entry), row.status)):
             self.table.setItem(r, c, item)
-        self.table.setCellWidget(r, 5, row.actions)
+        self.table.setCellWidget(r, 6, row.actions)
         row.download.clicked.connect(lambda: self.start_download(entry.id))
         row.cancel.clicked.connect(lambda: self.cancel_download(entry.id))
         row.delete.clicked.connect(lambda: self.delete(entry.id))
         row.use.clicked.connect(lambda: self.use(entry.id))
         self.rows[entry.id] = row
+
+    def drafter_of(self, model_id: str) -> str:
+        return self.table.item(list(self.rows).index(model_id), 4).text()
 
     def status_of(self, model_id: str) -> str:
         return self.rows[model_id].status.text()

@@ -111,6 +111,11 @@ def test_catalog_states(manager):
     assert row.download.isVisibleTo(manager) and not row.delete.isVisibleTo(manager)
     assert not row.use.isVisibleTo(manager)
     assert manager.table.item(list(manager.rows).index(MODEL_ID), 1).text() == "2.02 GB"
+    # which models have a learned drafter (the catalog's), the others draft by n-gram lookup
+    with_drafter = {i for i, e in load_catalog().items() if e.drafter}
+    assert default_target_id() in with_drafter and MODEL_ID not in with_drafter
+    for model_id in manager.rows:
+        assert manager.drafter_of(model_id) == ("HyFlash" if model_id in with_drafter else "n-gram")
 
 
 def test_offline_download_fails_with_a_message(qtbot, manager, monkeypatch):
