@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -19,7 +19,7 @@ def _pyplot():
 def plot_acceptance(result: dict, out: Path) -> list[Path]:
     """Per drafter: P(at least k drafts accepted) per slot at the largest block, and tau
     against the block size."""
-    plt = _pyplot()
+    plt = pyplot()
     rows = result["rows"]
     labels = list(dict.fromkeys(r["drafter"] for r in rows))
     blocks = sorted({r["block"] for r in rows})
@@ -65,7 +65,7 @@ def plot_acceptance(result: dict, out: Path) -> list[Path]:
 
 def plot_cost_curve(result: dict, out: Path) -> Path:
     """T(B)/T(1) measured here against the memory-bound ideal (1) and pure compute (B)."""
-    plt = _pyplot()
+    plt = pyplot()
     sizes = np.array([int(b) for b in result["cost_ratio"]])
     ratio = np.array([result["cost_ratio"][k] for k in result["cost_ratio"]])
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
@@ -89,7 +89,7 @@ def plot_cost_curve(result: dict, out: Path) -> Path:
 def plot_context(result: dict, out: Path) -> list[Path]:
     """Per drafter, against the mean context length of each answers file: tau at the largest
     block, and the draft-side memory that context needed."""
-    plt = _pyplot()
+    plt = pyplot()
     rows = result["rows"]
     block = max(r["block"] for r in rows)
     paths = []
