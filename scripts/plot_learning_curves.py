@@ -38,6 +38,7 @@ def plot(tau: dict[str, float], block: int, out: Path) -> None:
     axes[0].plot([x for x, _ in data], [y for _, y in data], marker="o")
     axes[0].set(xscale="log", xlabel="self-distilled answers (log)", title="data")
     axes[0].set_xticks([x for x, _ in data], [str(x) for x, _ in data])
+    axes[0].minorticks_off()
     for ax, (title, names) in zip(axes[1:], AXES.items(), strict=True):
         names = [n for n in names if n in tau]
         ax.bar(names, [tau[n] for n in names])
