@@ -116,7 +116,7 @@ def _load_walks_input(args: argparse.Namespace, gguf: Path) -> tuple:
     """(tokens, prompt_lens, keys, file stem) per answer of every --answers file, and
     features_for(layers): their features (with those fused target layers) from the prefill
     cache, computed once per set of layers."""
-    from engine.hyflash.features import cache_dir_for, feature_cache, load_corpus
+    from engine.hyflash.features import cache_dir_for, feature_cache, layers_tag, load_corpus
 
     if args.cache and len(args.answers) > 1:
         raise SystemExit("--cache names one answers file's feature cache; give one --answers")
@@ -137,8 +137,7 @@ def _load_walks_input(args: argparse.Namespace, gguf: Path) -> tuple:
             for t, k in per_file:
                 cache = cache_dir_for(gguf, k, layers=layers)
                 if args.cache:
-                    suffix = "-L" + "-".join(str(x) for x in layers) if layers else ""
-                    cache = Path(args.cache + suffix)
+                    cache = Path(args.cache + (f"-{layers_tag(layers)}" if layers else ""))
                 known[layers] += feature_cache(t, gguf, cache, layers=layers)[0]
         return known[layers]
 

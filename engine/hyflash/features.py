@@ -3,7 +3,8 @@ the target's features for every position (the final normed state, after the inpu
 fused layers: LlamaTarget.set_features), computed once by prefill into a float16 memmap cache
 (resumable). Used by training and by the acceptance benchmark.
 
-The feature source is llama.cpp's prefill ("llama", the default) or, with the [train] extra,
+The feature source is llama.cpp's prefill ("llama", feature_cache's default; `hyflash train`
+resolves "auto", see resolve_source) or, with the [train] extra,
 the same GGUF in torch ("torch-fp32" / "torch-bf16", engine/hyflash/torch_target.py): same
 cache format, in a folder of its own so the two never mix."""
 
@@ -77,6 +78,11 @@ def resolve_source(source: str, dtype: str = "auto", device: str = "auto") -> st
     return f"torch-{resolve_dtype(dtype, device)}"
 
 
+def layers_tag(layers: tuple[int, ...]) -> str:
+    """How a set of fused layers names its cache folder: L2-15-27."""
+    return "L" + "-".join(str(x) for x in layers)
+
+
 def cache_dir_for(
     gguf_path: Path,
     keys: list[str],
@@ -90,7 +96,7 @@ def cache_dir_for(
     digest = hashlib.sha1("|".join(keys).encode()).hexdigest()[:12]
     root = Path("runs/features") if source == "llama" else Path("runs/features") / source
     if layers:
-        root = root / ("L" + "-".join(str(x) for x in layers))
+        root = root / layers_tag(layers)
     return root / f"{gguf_path.stem}-{digest}{'-labels' if with_labels else ''}"
 
 
@@ -291,7 +297,7 @@ def feature_cache(
     batch_tokens: int = 4096,
     layers: tuple[int, ...] = (),
 ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
-    """Final-layer target features for every sequence, computed once by prefill into a float16
+    """Target features for every sequence (see layers), computed once by prefill into a float16
     memmap (cache_dir/features.f16 + index.json); an interrupted run continues where it was,
     and sequences another cache of the same target already holds are copied, not prefilled.
 
