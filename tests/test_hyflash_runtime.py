@@ -305,6 +305,11 @@ def test_card_for_another_target_is_refused(tmp_path, real_target, stand_in, dra
     (folder / "card.json").write_text(json.dumps(card))
     with pytest.raises(DrafterMismatchError, match="sha256"):
         HyFlashDrafter.load(folder, real_target)
+    # fused features from a layer this 30-layer target does not have
+    deep = dict(card, config=dict(card["config"], feature_layers=[4, 40]))
+    (folder / "card.json").write_text(json.dumps(deep))
+    with pytest.raises(DrafterMismatchError, match=r"reads target layers \[4, 40\]"):
+        HyFlashDrafter.load(folder, real_target)
     with pytest.raises(DrafterMismatchError, match="no card.json"):
         HyFlashDrafter.load(tmp_path, real_target)
     # a drafter from a newer app (a graph interface this one does not know) is refused
