@@ -768,7 +768,7 @@ def add_train_parsers(sub) -> None:
         "--feature-layers",
         default="",
         help="target layers whose inputs are fused with the final state as the drafter's "
-        "features, e.g. 4,15,26 (low, middle, high); empty: the final state only",
+        "features, e.g. 2,15,27 (low, middle, high); empty: the final state only",
     )
     tr.add_argument("--steps", type=int, default=TrainConfig.steps)
     tr.add_argument("--batch", type=int, default=TrainConfig.batch_seqs)
