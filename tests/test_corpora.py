@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.corpora import GSM8K_EVAL, eval_prompts, gsm8k, train_prompts
+from engine.corpora import GSM8K_EVAL, eval_prompts, gsm8k, mbpp, train_prompts
 
 
 def test_corpora_load_with_expected_sizes():
@@ -34,3 +34,14 @@ def test_training_order_is_fixed_and_mixed():
     b = [p.key for p in train_prompts(sharegpt_limit=300)]
     assert a == b
     assert len({k.split("/")[0] for k in a[:100]}) >= 3  # any prefix mixes sources
+
+
+def test_training_prompts_of_chosen_sources_keep_their_order():
+    every = train_prompts(sharegpt_limit=300)
+    in_domain = train_prompts(sharegpt_limit=300, sources=frozenset({"gsm8k", "mbpp"}))
+    assert in_domain == [p for p in every if p.source in {"gsm8k", "mbpp"}]
+    assert len(in_domain) == len(gsm8k()) - GSM8K_EVAL + len(mbpp("train")) + 90
+    # MBPP validation joined the training prompts after the others: older prefixes unchanged
+    keys = [p.key for p in every]
+    validation = {p.key for p in mbpp("validation")}
+    assert set(keys[-90:]) == validation and not validation & set(keys[:-90])

@@ -25,16 +25,22 @@ from engine.drafters.hyflash_shared import (
     GGUFIndex,
     target_identity,
 )
+from engine.corpora import TRAIN_SOURCES
 from engine.hyflash.train_config import TrainConfig
 
 
 def selected_prompts(args: argparse.Namespace, target) -> tuple[list, int]:
-    """(prompts, longest prompt in tokens): training prompts (first `limit`), the first
+    """(prompts, longest prompt in tokens): training prompts (first `limit`, of `sources`
+    when given), the first
     `per_set` of every evaluation set, or long-context prompts of one bucket."""
     from engine.corpora import eval_prompts, train_prompts
 
     if args.split == "train":
-        return train_prompts()[: args.limit], 512
+        sources = frozenset(args.sources.split(",")) if args.sources else None
+        if sources and not sources <= set(TRAIN_SOURCES):
+            unknown = ", ".join(sorted(sources - set(TRAIN_SOURCES)))
+            raise SystemExit(f"--sources: no training prompts from {unknown}")
+        return train_prompts(sources=sources)[: args.limit], 512
     if args.split == "eval":
         sets = eval_prompts().values()
         return [p for prompts in sets for p in prompts[: args.per_set]][: args.limit], 512
@@ -205,6 +211,13 @@ def add_data_parser(sub) -> None:
         "<split>_<bucket>.jsonl",
     )
     gen.add_argument("--limit", type=int, default=None, help="first N prompts")
+    gen.add_argument(
+        "--sources",
+        default=None,
+        help=f"train: only prompts of these sources, comma-separated ({','.join(TRAIN_SOURCES)}"
+        "), in the same fixed order; e.g. gsm8k,mbpp answers the in-domain maths and code "
+        "prompts first",
+    )
     gen.add_argument(
         "--per-set",
         type=int,
