@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.corpora import TRAIN_SOURCES
 from engine.data_paths import (
     CONVERSATIONS_CORPUS,
     DEFAULT_CORPUS,
@@ -25,7 +26,6 @@ from engine.drafters.hyflash_shared import (
     GGUFIndex,
     target_identity,
 )
-from engine.corpora import TRAIN_SOURCES
 from engine.hyflash.train_config import TrainConfig
 
 
