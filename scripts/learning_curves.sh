@@ -8,9 +8,12 @@
 #   layers-2    2 drafter layers; d576: d_model 576 (the capacity axis)
 #   fused       target layers 2, 15, 27 (inputs) fused with the final state (EAGLE-3's picks)
 #   causal      causal slots (a block of B runs B rows at run time: the drafter-time axis)
+#   trust       copy-path trust loss, weight 1 (the gate learns when the lookup is right)
 # A variant already exported is not trained again (an interrupted one resumes).
 # Usage: scripts/learning_curves.sh [STEPS] [OUT] [VARIANT ...]
 #        (defaults: 300 runs/curves base fused causal data-75 data-300 data-600 layers-2 d576)
+# The walk goes to OUT/acceptance, or to $WALK_OUT when set (a second walk of some variants
+# beside an earlier one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-300}
@@ -32,6 +35,7 @@ for name in "${variants[@]}"; do
         layers-2) args+=(--layers 2) ;;
         d576) args+=(--d-model 576) ;;
         causal) args+=(--causal-slots) ;;
+        trust) args+=(--copy-trust 1) ;;
         *) echo "unknown variant $name" >&2; exit 2 ;;
     esac
     if [ ! -f "$out/$name-drafter/card.json" ]; then
@@ -44,4 +48,4 @@ for name in "${variants[@]}"; do
     walk+=(--drafter "$name=$out/$name-drafter")
 done
 $hf acceptance "${walk[@]}" --drafter ngram=ngram --blocks 4,8,16 --threads 2 \
-    --out "$out/acceptance"
+    --out "${WALK_OUT:-$out/acceptance}"

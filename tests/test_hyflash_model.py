@@ -407,3 +407,38 @@ def test_causal_slots_make_a_short_block_the_start_of_the_whole_one(causal):
         torch.testing.assert_close(short, full, atol=1e-5, rtol=0)
     else:
         assert (short - full).abs().max() > 1e-3
+
+
+def test_copy_trust_loss_teaches_the_gate_when_the_lookup_is_right():
+    """The trust loss is the BCE of the candidate's gate share against "the lookup candidate
+    is the next token"; minimised alone it separates right candidates from wrong ones."""
+    model = tiny_model(tiny_config()).train()
+    torch.manual_seed(7)
+    seg = torch.randint(0, V, (12,))
+    toks = torch.cat([seg, torch.randint(0, V, (4,)), seg, torch.randint(0, V, (4,))])[None]
+    feats = torch.randn(1, toks.shape[1], E)
+    anchors = torch.tensor([[3, 8, 18, 19, 20, 22, 25, 26]])
+    cand_ids, cand_match = model.candidate_tables(toks)
+    k = torch.arange(1, model.cfg.block_size)
+    tpos = anchors[0, :, None] + k
+    valid = tpos < toks.shape[1]
+    y = toks[0, tpos.clamp(max=toks.shape[1] - 1)]
+    has = valid & (cand_match[0, anchors[0]] > 0)
+    hit = cand_ids[0, anchors[0]] == y
+    assert (has & hit).any() and (has & ~hit).any()
+
+    def forward():
+        return model.forward_train(feats, toks, anchors, cand_ids=cand_ids, cand_match=cand_match)
+
+    out = forward()
+    g = out.copy_gate[0, ..., 2]
+    expected = -torch.where(hit, g.log(), torch.log1p(-g))[has].mean()
+    assert torch.allclose(out.trust_loss, expected, atol=1e-5)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    for _ in range(60):
+        loss = forward().trust_loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    g = forward().copy_gate[0, ..., 2].detach()
+    assert g[has & hit].min() > 0.7 and g[has & ~hit].max() < 0.3, (g[has & hit], g[has & ~hit])

@@ -79,8 +79,10 @@ def corpus(tmp_path_factory, model_path):
 
 
 def train_tiny(corpus: Path, run: Path, cache: Path, steps: int):
-    """`hyflash train` of the tiny test drafter (resumes when `run` holds a checkpoint)."""
+    """`hyflash train` of the tiny test drafter (resumes when `run` holds a checkpoint), with
+    the copy-trust loss on."""
     args = ["--corpus", str(corpus), "--out", str(run), "--cache", str(cache)]
+    args += ["--copy-trust", "0.5"]
     return cli("train", *args, "--steps", str(steps), "--eval-every", "30", *TINY, *FUSED)
 
 
@@ -97,6 +99,7 @@ def test_training_loss_falls_and_resumes(trained_run, corpus):
     first = losses(run)
     assert len(first) == 60
     assert sum(first[-10:]) / 10 < 0.8 * sum(first[:10]) / 10
+    assert json.loads((run / "data.json").read_text())["copy_trust"] == 0.5
     out = train_tiny(corpus, run, cache, steps=70)
     assert "resumed from step 60" in out.stdout
     resumed = losses(run)

@@ -621,6 +621,7 @@ def _write_run_info(out: Path, cfg: DrafterConfig, args, tokens, answer_tokens, 
         "tokens": int(sum(len(t) for t in tokens)),
         "answer_tokens": int(sum(len(a) for a in answer_tokens)),
         "extra_corpus": args.extra_corpus,
+        "copy_trust": args.copy_trust,
     }
     (out / "data.json").write_text(json.dumps(info, indent=2))
 
@@ -667,6 +668,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         eval_every=args.eval_every,
         ckpt_every=args.eval_every,
         threads=args.threads,
+        copy_trust=args.copy_trust,
     )
     if rank == 0:
         _write_run_info(out, cfg, args, tokens, answer_tokens, (train_idx, val_idx))
@@ -807,6 +809,13 @@ def add_train_parsers(sub) -> None:
         "target's own prediction at every position (text it did not write)",
     )
     tr.add_argument("--threads", type=int, default=TrainConfig.threads, help="torch threads")
+    tr.add_argument(
+        "--copy-trust",
+        type=float,
+        default=TrainConfig.copy_trust,
+        help="weight of the copy-path trust loss: the gate learns to take the n-gram lookup "
+        "candidate where it is right (0: NLL only)",
+    )
     tr.add_argument(
         "--llama-threads", type=int, default=None, help="threads for prefill (either source)"
     )

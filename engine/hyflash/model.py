@@ -71,6 +71,7 @@ class TrainOutput:
     target_valid: Tensor  # (N, A, B-1) bool: target inside the sequence
     reachable: Tensor  # (N, A, B-1) bool: target in the draft vocab or among the copies
     copy_gate: Tensor  # (N, A, B-1, 3) gate probabilities (vocab, pointer, candidate)
+    trust_loss: Tensor  # scalar: BCE of the candidate's gate share vs. "the lookup is right"
 
     def slot_accuracy(self) -> Tensor:
         v = self.target_valid.float()
@@ -484,7 +485,23 @@ class HyFlashModel(nn.Module):
             target_valid=target_valid,
             reachable=reachable,
             copy_gate=gate,
+            trust_loss=self.trust_loss(out, y, target_valid),
         )
+
+    @staticmethod
+    def trust_loss(out: SlotOutput, y: Tensor, target_valid: Tensor) -> Tensor:
+        """Copy-path trust: the gate's candidate share as a classifier of "the n-gram lookup
+        candidate is the next token" (binary cross-entropy over slots that have a candidate).
+        The NLL alone never asks the gate to move once the vocabulary also names the token,
+        so on repeats the learned drafter trailed plain lookup; this asks it to."""
+        if out.copy_lp is None:
+            return y.new_zeros((), dtype=torch.float32)
+        log_g = out.copy_lp[..., -1]  # NEG where the lookup found no match
+        has = target_valid & (log_g > NEG / 2)
+        hit = out.copy_ids[..., -1] == y
+        log_not = torch.log1p(-log_g.exp().clamp(max=1 - 1e-6))
+        bce = -torch.where(hit, log_g, log_not)
+        return torch.where(has, bce, 0.0).sum() / has.sum().clamp(min=1)
 
     # ----- the mixture over target ids -----------------------------------------------------
 

@@ -213,17 +213,20 @@ def _step_batch(train_data: Sequences, tcfg: TrainConfig, step: int) -> dict:
     return make_batch(train_data, global_idx[mine].tolist(), global_anchors[mine])
 
 
-def _optimize(model: HyFlashModel, forward, opt, params, b: dict, clip: float) -> tuple:
-    """One optimizer step on batch b: (global-batch loss, gradient norm)."""
+def _optimize(model: HyFlashModel, forward, opt, params, b: dict, tcfg: TrainConfig) -> tuple:
+    """One optimizer step on batch b: (global-batch loss, gradient norm). The loss reported is
+    the NLL; the copy-trust term (a per-rank mean) is added to what is minimised only."""
     out = forward(b["features"], b["tokens"], b["anchors"], b["lengths"], b["labels"])
     use = (out.target_valid & out.reachable).float()
     w_local = (use * model.slot_weight).sum()
     w_global = _all_sum(w_local.detach())
     # DDP averages gradients over ranks: scale so the sum equals the global-batch loss
     objective = out.loss * w_local / w_global.clamp(min=1e-6) * _world()[1]
+    if tcfg.copy_trust:
+        objective = objective + tcfg.copy_trust * out.trust_loss
     opt.zero_grad(set_to_none=True)
     objective.backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, tcfg.clip)
     opt.step()
     loss = float(_all_sum((out.loss * w_local).detach()) / w_global.clamp(min=1e-6))
     return loss, float(grad_norm)
@@ -271,7 +274,7 @@ def train(
         b = _step_batch(train_data, tcfg, step)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, tcfg)
-        loss, grad_norm = _optimize(model, forward, opt, params, b, tcfg.clip)
+        loss, grad_norm = _optimize(model, forward, opt, params, b, tcfg)
         step += 1
         tokens_seen += int(b["anchors"].numel()) * world
         rate = tokens_seen / (time.perf_counter() - t0)

@@ -20,3 +20,4 @@ class TrainConfig:
     ckpt_every: int = 250
     val_anchors: int = 32
     threads: int = 1
+    copy_trust: float = 0.0  # weight of the copy-path trust loss (model.trust_loss)
