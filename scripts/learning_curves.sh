@@ -8,7 +8,10 @@
 #   layers-2    2 drafter layers; d576: d_model 576 (the capacity axis)
 #   fused       target layers 2, 15, 27 (inputs) fused with the final state (EAGLE-3's picks)
 #   causal      causal slots (a block of B runs B rows at run time: the drafter-time axis)
-#   trust       copy-path trust loss, weight 1 (the gate learns when the lookup is right)
+#   trust[-W]   copy-path trust loss of weight W (default 1: the gate learns when the lookup
+#               is right)
+#   full, swa   the baselines at the same recipe: full attention (DFlash-style, no memory) and
+#               sliding-window attention (no memory)
 # A variant already exported is not trained again (an interrupted one resumes).
 # Usage: scripts/learning_curves.sh [STEPS] [OUT] [VARIANT ...]
 #        (defaults: 300 runs/curves base fused causal data-75 data-300 data-600 layers-2 d576)
@@ -36,6 +39,9 @@ for name in "${variants[@]}"; do
         d576) args+=(--d-model 576) ;;
         causal) args+=(--causal-slots) ;;
         trust) args+=(--copy-trust 1) ;;
+        trust-*) args+=(--copy-trust "${name#trust-}") ;;
+        full) args+=(--attention full --memory none) ;;
+        swa) args+=(--memory none) ;;
         *) echo "unknown variant $name" >&2; exit 2 ;;
     esac
     if [ ! -f "$out/$name-drafter/card.json" ]; then
