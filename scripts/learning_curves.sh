@@ -10,6 +10,8 @@
 #   causal      causal slots (a block of B runs B rows at run time: the drafter-time axis)
 #   trust[-W]   copy-path trust loss of weight W (default 1: the gate learns when the lookup
 #               is right)
+#   indomain-N  N answers to GSM8K and MBPP training prompts only (maths and code, the kinds
+#               of 4 of the 6 held-out sets) against data-N's mix (mostly ShareGPT chat)
 #   full, swa   the baselines at the same recipe: full attention (DFlash-style, no memory) and
 #               sliding-window attention (no memory)
 # A variant already exported is not trained again (an interrupted one resumes).
@@ -35,6 +37,7 @@ for name in "${variants[@]}"; do
         base) ;;
         fused) args+=(--feature-layers 2,15,27) ;;
         data-*) args=(--max-answers "${name#data-}") ;;
+        indomain-*) args=(--max-answers "${name#indomain-}" --sources gsm8k,mbpp) ;;
         layers-2) args+=(--layers 2) ;;
         d576) args+=(--d-model 576) ;;
         causal) args+=(--causal-slots) ;;

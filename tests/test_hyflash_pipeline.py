@@ -290,3 +290,26 @@ def test_conversations_corpus_and_training_on_target_labels(tmp_path):
     )
     hist = losses(run)
     assert len(hist) == 30 and np.mean(hist[-5:]) < np.mean(hist[:5])
+
+
+def test_training_on_chosen_prompt_sources(corpus, tmp_path):
+    """--sources keeps the answers to those sources' prompts, --max-answers counts among them;
+    a source no training prompt has is refused before any work."""
+    rows = [json.loads(line) for line in corpus.read_text().splitlines()]
+    for i, row in enumerate(rows):
+        row["key"] = f"{'gsm8k' if i % 2 else 'sharegpt'}/{i}"
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = tmp_path / "run"
+    args = ["--corpus", str(mixed), "--out", str(run), "--cache", str(tmp_path / "cache")]
+    cli("train", *args, "--sources", "gsm8k", "--max-answers", "3", "--steps", "2", *TINY)
+    info = json.loads((run / "data.json").read_text())
+    assert info["answers"] == 3 and info["sources"] == "gsm8k"
+    assert info["tokens"] == sum(len(r["prompt_ids"]) + len(r["answer_ids"]) for r in rows[1:6:2])
+    bad = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "train", *args, "--sources", "gsm8k,poems", *TINY],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode != 0 and "no training prompts from poems" in bad.stderr

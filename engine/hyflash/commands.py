@@ -29,6 +29,18 @@ from engine.drafters.hyflash_shared import (
 from engine.hyflash.train_config import TrainConfig
 
 
+def _sources(arg: str | None) -> frozenset[str] | None:
+    """--sources: prompt sources (the key's part before '/'), checked against the training
+    prompts' sources."""
+    if not arg:
+        return None
+    sources = frozenset(arg.split(","))
+    if not sources <= set(TRAIN_SOURCES):
+        unknown = ", ".join(sorted(sources - set(TRAIN_SOURCES)))
+        raise SystemExit(f"--sources: no training prompts from {unknown}")
+    return sources
+
+
 def selected_prompts(args: argparse.Namespace, target) -> tuple[list, int]:
     """(prompts, longest prompt in tokens): training prompts (first `limit`, of `sources`
     when given), the first
@@ -36,11 +48,7 @@ def selected_prompts(args: argparse.Namespace, target) -> tuple[list, int]:
     from engine.corpora import eval_prompts, train_prompts
 
     if args.split == "train":
-        sources = frozenset(args.sources.split(",")) if args.sources else None
-        if sources and not sources <= set(TRAIN_SOURCES):
-            unknown = ", ".join(sorted(sources - set(TRAIN_SOURCES)))
-            raise SystemExit(f"--sources: no training prompts from {unknown}")
-        return train_prompts(sources=sources)[: args.limit], 512
+        return train_prompts(sources=_sources(args.sources))[: args.limit], 512
     if args.split == "eval":
         sets = eval_prompts().values()
         return [p for prompts in sets for p in prompts[: args.per_set]][: args.limit], 512
@@ -509,16 +517,21 @@ def _corpus_with_features(
     cache: str | None,
     max_answers: int | None,
     layers: tuple[int, ...],
+    sources: frozenset[str] | None = None,
 ):
     """(tokens, prompt_lens, keys, features, labels or None) of the first max_answers
-    sequences of one corpus, features (and target labels) from the prefill cache; rank 0 fills
-    the cache, the others wait for it. A subset has a cache of its own: a larger run later
+    sequences of one corpus (of those whose prompts come from `sources`, when given),
+    features (and target labels) from the prefill cache; rank 0 fills the cache, the others
+    wait for it. A subset has a cache of its own: a larger run later
     copies those sequences' features from it (features.py reuses them by content)."""
     import torch.distributed as dist
 
     from engine.hyflash.features import cache_dir_for, feature_cache, load_corpus, resolve_source
 
     tokens, prompt_lens, keys = load_corpus(path, args.max_len)
+    if sources is not None:
+        keep = [i for i, k in enumerate(keys) if k.split("/", 1)[0] in sources]
+        tokens, prompt_lens, keys = ([x[i] for i in keep] for x in (tokens, prompt_lens, keys))
     n = max_answers or len(tokens)
     tokens, prompt_lens, keys = tokens[:n], prompt_lens[:n], keys[:n]
     if not tokens:
@@ -568,6 +581,7 @@ def _training_corpus(
         args.cache,
         args.max_answers,
         layers,
+        _sources(args.sources),
     )
     if not tokens or not args.extra_corpus:
         return tokens, prompt_lens, keys, feats, labels
@@ -622,6 +636,7 @@ def _write_run_info(out: Path, cfg: DrafterConfig, args, tokens, answer_tokens, 
         "answer_tokens": int(sum(len(a) for a in answer_tokens)),
         "extra_corpus": args.extra_corpus,
         "copy_trust": args.copy_trust,
+        "sources": args.sources,
     }
     (out / "data.json").write_text(json.dumps(info, indent=2))
 
@@ -795,6 +810,12 @@ def add_train_parsers(sub) -> None:
     tr.add_argument("--val-frac", type=float, default=0.05)
     tr.add_argument("--max-len", type=int, default=1024)
     tr.add_argument("--max-answers", type=int, default=None, help="first N sequences only")
+    tr.add_argument(
+        "--sources",
+        default=None,
+        help=f"--corpus answers to prompts of these sources only, comma-separated "
+        f"({','.join(TRAIN_SOURCES)}); --max-answers counts among them",
+    )
     tr.add_argument(
         "--extra-corpus",
         default=None,
