@@ -23,6 +23,7 @@ from engine.data_paths import package_file
 from engine.paths import resources_dir
 
 GSM8K_EVAL = 300
+TRAIN_SOURCES = ("sharegpt", "gsm8k", "ifbench", "mbpp")  # Prompt.source of training prompts
 
 
 @dataclass(frozen=True)
@@ -179,9 +180,6 @@ def train_prompts(
     if sources is not None:
         prompts = [p for p in prompts if p.source in sources]
     return prompts
-
-
-TRAIN_SOURCES = ("sharegpt", "gsm8k", "ifbench", "mbpp")
 
 
 def eval_prompts() -> dict[str, list[Prompt]]:

@@ -43,8 +43,8 @@ def _sources(arg: str | None) -> frozenset[str] | None:
 
 def selected_prompts(args: argparse.Namespace, target) -> tuple[list, int]:
     """(prompts, longest prompt in tokens): training prompts (first `limit`, of `sources`
-    when given), the first
-    `per_set` of every evaluation set, or long-context prompts of one bucket."""
+    when given), the first `per_set` of every evaluation set, or long-context prompts of one
+    bucket."""
     from engine.corpora import eval_prompts, train_prompts
 
     if args.split == "train":
@@ -522,8 +522,8 @@ def _corpus_with_features(
     """(tokens, prompt_lens, keys, features, labels or None) of the first max_answers
     sequences of one corpus (of those whose prompts come from `sources`, when given),
     features (and target labels) from the prefill cache; rank 0 fills the cache, the others
-    wait for it. A subset has a cache of its own: a larger run later
-    copies those sequences' features from it (features.py reuses them by content)."""
+    wait for it. A subset has a cache of its own: a larger run later copies those sequences'
+    features from it (features.py reuses them by content)."""
     import torch.distributed as dist
 
     from engine.hyflash.features import cache_dir_for, feature_cache, load_corpus, resolve_source
