@@ -4,9 +4,9 @@ fused layers: LlamaTarget.set_features), computed once by prefill into a float16
 (resumable). Used by training and by the acceptance benchmark.
 
 The feature source is llama.cpp's prefill ("llama", feature_cache's default; `hyflash train`
-resolves "auto", see resolve_source) or, with the [train] extra,
-the same GGUF in torch ("torch-fp32" / "torch-bf16", engine/hyflash/torch_target.py): same
-cache format, in a folder of its own so the two never mix."""
+resolves "auto", see resolve_source) or, with the [train] extra, the same GGUF in torch
+("torch-fp32" / "torch-bf16", engine/hyflash/torch_target.py): same cache format, in a folder
+of its own so the two never mix."""
 
 from __future__ import annotations
 
