@@ -26,6 +26,9 @@ EXPLORE_EVERY = 32  # steps between drafter calls even when drafting does not se
 # average of its kind, and on novel text such runs are rare, so the split costs little there.
 RUN_SUFFIX = "|run"
 SAVING_REFRESH = 16  # cost-model updates before the expected saving per call is recomputed
+# Drafts asked of a drafter that pays per draft beyond the largest block now chosen: only the
+# shadow estimate judges them, so a block can grow by this many slots per proposal.
+SHADOW_SLACK = 2
 # Verify drafts only where the expected speed beats plain decoding by this fraction: on a
 # compute-bound CPU (T(2)/T(1) near 1.7) the gain of a short verify is within the noise of
 # the estimates, and a wrong call costs a whole extra row.
@@ -163,6 +166,9 @@ class FixedBlock:
     def choose_drafts(self, kind: str, tokens: np.ndarray) -> int:
         return len(tokens)
 
+    def draft_budget(self, max_draft: int) -> int:
+        return max_draft
+
     def observe_draft_time(self, seconds: float) -> None:
         pass
 
@@ -186,6 +192,8 @@ class BlockSizeChooser:
         self._run = False  # local evidence: the last proposal resolved was taken whole
         self._saving: float | None = None  # cached expected saving per drafter call
         self._saving_cost = 0  # the cost model's version it was computed with
+        self._budget: int | None = None  # cached draft_budget before clipping
+        self._budget_cost = 0
 
     def start(self) -> None:
         """A new generation: what was learnt stays; proposals of the last one are dropped."""
@@ -256,6 +264,21 @@ class BlockSizeChooser:
             self._saving = float(mix @ np.maximum(gains.max(axis=1), 0.0))
         return self._saving
 
+    def draft_budget(self, max_draft: int) -> int:
+        """How many drafts to ask of a drafter whose call time grows with them: the largest
+        block any kind of proposal with MIN_EVIDENCE outcomes would verify now, plus
+        SHADOW_SLACK; all max_draft until some kind has the evidence. Cached like the
+        expected saving (this runs every drafting step)."""
+        if self._budget is None or self.cost.version - self._budget_cost >= SAVING_REFRESH:
+            self._budget_cost = self.cost.version
+            n = self.max_block - 1
+            known = [
+                b for b in self._bucket_counts if b and self.estimator.evidence(b) >= MIN_EVIDENCE
+            ]
+            best = max((self.choose(b, n) for b in known), default=n)
+            self._budget = min(n, best + SHADOW_SLACK)
+        return min(max_draft, self._budget)
+
     def observe_verify(self, n_rows: int, seconds: float) -> None:
         self.cost.observe(n_rows, seconds)
 
@@ -266,7 +289,7 @@ class BlockSizeChooser:
 
     def propose_made(self, bucket: str, tokens: Sequence[int], start: int) -> None:
         self._steps_since_draft = 0
-        self._saving = None
+        self._saving = self._budget = None
         for key in self._bucket_counts:
             self._bucket_counts[key] *= self.estimator.decay
         key = bucket if len(tokens) else ""
@@ -289,7 +312,7 @@ class BlockSizeChooser:
                 matched += 1
             if matched == len(p.tokens) or matched < available:
                 self.estimator.record(p.bucket, matched, len(p.tokens))
-                self._saving = None
+                self._saving = self._budget = None
                 self._run = matched == len(p.tokens) >= 2
             else:
                 still.append(p)

@@ -191,6 +191,8 @@ class SpeculativeDecoder:
         t0 = time.perf_counter()
         drafts, draft_probs = np.zeros(0, dtype=np.int32), None
         if max_draft > 0 and self.policy.worth_drafting():
+            if self.drafter.pays_per_draft:
+                max_draft = self.policy.draft_budget(max_draft)
             self.observed = catch_up(self.drafter, self.target, self.observed)
             drafts, draft_probs = self.draft(anchor, position, max_draft)
             self.policy.observe_draft_time(time.perf_counter() - t0)

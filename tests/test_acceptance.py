@@ -49,6 +49,7 @@ class _Constant:
     name = "constant"
     wants_features = False
     feature_layers: tuple[int, ...] = ()
+    pays_per_draft = False
 
     def __init__(self) -> None:
         self.seen: list[int] = []

@@ -8,9 +8,11 @@ import pytest
 from engine.blocksize import (
     MIN_EVIDENCE,
     MIN_SPEEDUP,
+    SHADOW_SLACK,
     AcceptanceEstimator,
     BlockSizeChooser,
     CostModel,
+    FixedBlock,
 )
 
 
@@ -181,3 +183,22 @@ def test_saving_waits_for_evidence():
         chooser.estimator.record("new", 3, 3)
     chooser._saving = None
     assert chooser._expected_saving() > 0.0005 and chooser.worth_drafting()
+
+
+def test_draft_budget_is_the_largest_chosen_block_plus_the_shadow_slack():
+    cost = CostModel({1: 0.010, 2: 0.017, 4: 0.026, 8: 0.048, 16: 0.085}, ema=0.0)
+    chooser = BlockSizeChooser(cost, max_block=16)
+    assert chooser.draft_budget(15) == 15  # no evidence yet: ask for all
+    chooser.propose_made("bad", [1, 2, 3], 0)
+    for _ in range(50):
+        chooser.estimator.record("bad", 0, 15)
+    chooser._budget = None  # (record() bypasses the resolution that drops the cache)
+    assert chooser.draft_budget(15) == SHADOW_SLACK  # nothing worth verifying: the slack only
+    chooser.propose_made("fair", [1, 2, 3], 0)
+    for _ in range(50):
+        chooser.estimator.record("fair", 3, 15)
+    chooser._budget = None
+    assert chooser.choose("fair", 15) == 3
+    assert chooser.draft_budget(15) == 3 + SHADOW_SLACK
+    assert chooser.draft_budget(2) == 2  # never beyond what the loop allows
+    assert FixedBlock(8).draft_budget(7) == 7

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from engine.blocksize import BlockSizeChooser, CostModel, FixedBlock
+from engine.blocksize import SHADOW_SLACK, BlockSizeChooser, CostModel, FixedBlock
 from engine.drafters.base import Draft
 from engine.sampling import Warp
 from engine.speculative import SpeculativeDecoder
@@ -50,10 +50,12 @@ class ScriptedDrafter:
     wants_features = False
     feature_layers: tuple[int, ...] = ()
 
-    def __init__(self, wrong_from: int | None = None) -> None:
+    def __init__(self, wrong_from: int | None = None, pays_per_draft: bool = False) -> None:
         self.wrong_from = wrong_from
+        self.pays_per_draft = pays_per_draft
         self.observed: list[int] = []
         self.calls = 0
+        self.asked: list[int] = []  # max_tokens of every propose
 
     def reset(self) -> None:
         self.observed = []
@@ -63,6 +65,7 @@ class ScriptedDrafter:
 
     def propose(self, anchor: int, max_tokens: int, *, with_logits: bool = True) -> Draft:
         self.calls += 1
+        self.asked.append(max_tokens)
         tokens, t = [], anchor
         for i in range(max_tokens):
             t = successor(t)
@@ -119,6 +122,34 @@ def test_step_without_drafting_is_one_plain_decode_and_the_drafter_catches_up_la
     # when it was asked again it had folded in every token committed while idle at once
     assert drafter.observed == target.tokens[: len(drafter.observed)]
     assert len(drafter.observed) > 30
+
+
+def _run_auto(drafter: ScriptedDrafter, steps: int) -> list[tuple[int, int]]:
+    """(proposed, accepted) of each step under block size auto on a CPU-like cost curve."""
+    cost = CostModel({1: 0.010, 2: 0.017, 4: 0.026, 8: 0.048, 16: 0.085}, ema=0.0)
+    chooser = BlockSizeChooser(cost, max_block=16)
+    chooser.observe_draft_time(0.0001)
+    chooser.start()
+    dec = decoder(FakeTarget([4]), drafter, chooser)
+    anchor, blocks = 5, []
+    for position in range(steps):
+        step = dec.step(anchor, position, max_draft=15)
+        assert step.tokens == truth(anchor, step.accepted + 1)
+        blocks.append((step.proposed, step.accepted))
+        anchor = step.tokens[-1]
+    return blocks
+
+
+def test_a_drafter_that_pays_per_draft_is_asked_only_for_what_may_be_verified():
+    # every proposal has 4 right drafts, then wrong ones; drafting pays once explored
+    free, paying = ScriptedDrafter(4), ScriptedDrafter(4, pays_per_draft=True)
+    blocks = _run_auto(free, 300)
+    assert blocks[-20:] == [(4, 4)] * 20
+    assert set(free.asked) == {15}  # a free drafter is asked for all: the shadow sees all
+    # asked for fewer, the chooser picks the very same blocks...
+    assert _run_auto(paying, 300) == blocks
+    # ...asking for all until the shadow has evidence, then the chosen block + SHADOW_SLACK
+    assert paying.asked[0] == 15 and set(paying.asked[-20:]) == {4 + SHADOW_SLACK}
 
 
 def test_step_on_the_real_model_matches_plain_decoding(engine):

@@ -37,6 +37,9 @@ class Drafter(Protocol):
     wants_features: bool  # True if observe() needs the target's hidden features
     # target layers whose inputs come with those features (LlamaTarget.set_features); () = none
     feature_layers: tuple[int, ...]
+    # True if propose() time grows with max_tokens (causal-slot HyFlash runs one row per
+    # draft): the loop then asks for no more than the block-size policy may verify
+    pays_per_draft: bool
 
     def reset(self) -> None:
         """Forget all context (a new conversation or a rebuilt prompt)."""

@@ -19,6 +19,7 @@ class HybridDrafter:
         self.name = f"{learned.name}+ngram"
         self.wants_features = learned.wants_features
         self.feature_layers = learned.feature_layers
+        self.pays_per_draft = learned.pays_per_draft
 
     def reset(self) -> None:
         self.learned.reset()

@@ -156,7 +156,7 @@ class HyFlashDrafter:
         cfg = self.cfg
         self._n_slots = cfg.n_slots
         # graphs that run only the rows a propose scores (HyFlashModel causal slots)
-        self._short = bool(self.card.get("short_blocks", False))
+        self.pays_per_draft = bool(self.card.get("short_blocks", False))
         self._hist_len = cfg.history_len if cfg.memory != "none" else None
         # GDN's exported chunk is exact up to observe_chunk tokens; the other graphs take any
         # length, so long prompts go through in few calls
@@ -415,7 +415,7 @@ class HyFlashDrafter:
         n_out = self._n_slots if n_out is None else min(n_out, self._n_slots)
         if self._state_dirty:
             self._rebuild_state()
-        n_slots = n_out if self._short else self._n_slots
+        n_slots = n_out if self.pays_per_draft else self._n_slots
         length = self._len if cfg.attention == "full" else self._cap
         length = max(length, 1)  # an empty context still feeds one (masked) entry
         valid = np.zeros((1, length), dtype=np.float32)

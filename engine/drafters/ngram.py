@@ -23,6 +23,7 @@ class NgramDrafter:
     name = "ngram"
     wants_features = False
     feature_layers: tuple[int, ...] = ()
+    pays_per_draft = False
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         self.index = NgramIndex(max_ngram, min_ngram)

@@ -13,6 +13,7 @@ class NoDrafter:
     name = "none"
     wants_features = False
     feature_layers: tuple[int, ...] = ()
+    pays_per_draft = False
 
     def reset(self) -> None:
         pass
