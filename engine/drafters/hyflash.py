@@ -95,7 +95,13 @@ def check_card(card: dict, target) -> None:
 # ----- the drafter --------------------------------------------------------------------------
 
 
-def session_options(threads: int = 2, spin: bool = False) -> ort.SessionOptions:
+# onnxruntime intra-op threads of the drafter's graphs: its ~200 nodes are tiny, so a second
+# thread's wake-up costs more than it shares (scripts/drafter_threads.py, 2-core Xeon: propose
+# of 3 drafts 1.2-1.3 vs 1.4-1.5 ms, of 15 equal, observe of a token 0.2-0.3 vs 0.3-0.4 ms)
+DRAFTER_THREADS = 1
+
+
+def session_options(threads: int = DRAFTER_THREADS, spin: bool = False) -> ort.SessionOptions:
     """spin=False: ORT worker threads sleep as soon as a call ends instead of busy-waiting for
     the next one, which would steal the cores llama.cpp needs for the verify that follows."""
     opts = ort.SessionOptions()
@@ -119,7 +125,7 @@ class HyFlashDrafter:
         *,
         card: dict | None = None,
         weights: str = "fp32",
-        threads: int = 2,
+        threads: int = DRAFTER_THREADS,
         providers: Sequence[str] | None = None,
         spin: bool = False,
     ) -> None:
@@ -181,7 +187,7 @@ class HyFlashDrafter:
         target,
         *,
         weights: str | None = None,
-        threads: int = 2,
+        threads: int = DRAFTER_THREADS,
         providers: Sequence[str] | None = None,
         spin: bool = False,
     ) -> HyFlashDrafter:
