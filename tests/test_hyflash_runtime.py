@@ -97,6 +97,8 @@ def test_incremental_observe_matches_torch_on_whole_context(stand_in, drafters, 
     assert isinstance(drafter, Drafter) and drafter.name == "hyflash" and drafter.wants_features
     card = json.loads((path / "card.json").read_text())
     assert card["short_blocks"] == model.cfg.short_blocks  # the short path is tested below
+    # only a drafter whose call grows with the drafts is asked for fewer under block size auto
+    assert drafter.pays_per_draft == model.cfg.short_blocks
     tokens, feats, anchor = _context(seed=1, t=30, width=model.cfg.feature_dim)
     i = 0
     for step in (1, 5, 11, 3, 2, 8):
