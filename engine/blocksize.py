@@ -248,9 +248,7 @@ class BlockSizeChooser:
             self._saving_cost = self.cost.version
             # empty proposals save nothing; kinds with too little evidence are left to
             # exploration
-            buckets = [
-                b for b in self._bucket_counts if b and self.estimator.evidence(b) >= MIN_EVIDENCE
-            ]
+            buckets = self._known_buckets()
             if not buckets:
                 self._saving = 0.0
                 return 0.0
@@ -264,6 +262,10 @@ class BlockSizeChooser:
             self._saving = float(mix @ np.maximum(gains.max(axis=1), 0.0))
         return self._saving
 
+    def _known_buckets(self) -> list[str]:
+        """The kinds of (non-empty) proposal seen with MIN_EVIDENCE outcomes."""
+        return [b for b in self._bucket_counts if b and self.estimator.evidence(b) >= MIN_EVIDENCE]
+
     def draft_budget(self, max_draft: int) -> int:
         """How many drafts to ask of a drafter whose call time grows with them: the largest
         block any kind of proposal with MIN_EVIDENCE outcomes would verify now, plus
@@ -272,10 +274,7 @@ class BlockSizeChooser:
         if self._budget is None or self.cost.version - self._budget_cost >= SAVING_REFRESH:
             self._budget_cost = self.cost.version
             n = self.max_block - 1
-            known = [
-                b for b in self._bucket_counts if b and self.estimator.evidence(b) >= MIN_EVIDENCE
-            ]
-            best = max((self.choose(b, n) for b in known), default=n)
+            best = max((self.choose(b, n) for b in self._known_buckets()), default=n)
             self._budget = min(n, best + SHADOW_SLACK)
         return min(max_draft, self._budget)
 
