@@ -31,11 +31,16 @@ PROGRESS_INTERVAL_S = 0.1
 
 
 def is_available(entry: CatalogEntry) -> bool:
-    """Installed (Hub: downloaded and verified; PyPI: the package is present)."""
+    """Installed (Hub: downloaded and verified; PyPI: the package is present; PyPI parts:
+    every part package is present, unpacked on first use)."""
     if entry.source.get("kind") == "hub":
         from engine.downloads import is_installed
 
         return is_installed(entry)
+    if entry.source.get("kind") == "pypi-parts":
+        from engine.pypi_parts import parts_installed
+
+        return parts_installed(entry.source)
     try:
         resolve_target(entry.id)
     except EngineError:

@@ -9,7 +9,6 @@ from pathlib import Path
 DISTILL_ROOT = Path("data/distill")
 DEFAULT_CORPUS = DISTILL_ROOT / "smollm2-135m-instruct" / "answers.jsonl"
 EVAL_CORPUS = DISTILL_ROOT / "smollm2-135m-instruct" / "eval_answers.jsonl"
-CONVERSATIONS_CORPUS = Path("runs/data/sharegpt-answers.jsonl")  # rebuilt in seconds
 
 
 def default_answers_path(model_id: str, split: str, bucket: str) -> Path:
@@ -19,7 +18,14 @@ def default_answers_path(model_id: str, split: str, bucket: str) -> Path:
     folder = DISTILL_ROOT / model_id
     if split in ("long", "long-train"):
         return folder / f"{split}_{bucket}.jsonl"
-    return folder / ("answers.jsonl" if split == "train" else "eval_answers.jsonl")
+    return folder / {"train": "answers.jsonl", "eval": "eval_answers.jsonl"}[split]
+
+
+def conversations_path(model_id: str) -> Path:
+    """Where `data conversations` writes by default: ShareGPT's own answers in this target's
+    tokens, beside its generated answers (keys are shared across targets, so never one file
+    for two)."""
+    return DISTILL_ROOT / model_id / "sharegpt_answers.jsonl"
 
 
 class DataUnavailable(RuntimeError):

@@ -1,5 +1,5 @@
-"""Resolution of target models: a catalog id (a file in an installed package, or a Hub
-download in the model cache), or a GGUF path on disk."""
+"""Resolution of target models: a catalog id (a file in an installed package, a file
+assembled from chunk packages, or a Hub download in the model cache), or a GGUF path."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import importlib.metadata
 from pathlib import Path
 
 from engine.catalog import default_target_id, load_catalog
-from engine.downloads import cached_model_path
+from engine.downloads import cached_model_path, models_dir
 from engine.events import ModelLoadError
+from engine.pypi_parts import assembled_model
 
 GGUF_MAGIC = b"GGUF"
 
@@ -50,6 +51,8 @@ def resolve_target(spec: str | Path | None = None) -> tuple[str, Path]:
         source = entry.source
         if source["kind"] == "pypi":
             path = _pypi_file(source["package"], source["file"])
+        elif source["kind"] == "pypi-parts":
+            path = assembled_model(source, models_dir())
         elif source["kind"] == "hub":
             path = cached_model_path(entry)
         else:

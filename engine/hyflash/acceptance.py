@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.bench.report import publish
-from engine.data_paths import EVAL_CORPUS
+from engine.data_paths import DISTILL_ROOT, default_answers_path
 from engine.drafters.base import Drafter
 
 
@@ -346,7 +346,10 @@ def to_markdown(result: dict) -> str:
 
 
 def cmd_acceptance(args: argparse.Namespace) -> int:
-    args.answers = args.answers or [str(EVAL_CORPUS)]
+    if not args.answers:
+        from engine.models import resolve_target
+
+        args.answers = [str(default_answers_path(resolve_target(args.model)[0], "eval", ""))]
     result = run(args)
     folder = publish(result, to_markdown(result), args.out, "acceptance")
     if folder is not None:
@@ -375,7 +378,8 @@ def add_acceptance_parser(sub) -> None:
         "--answers",
         action="append",
         default=None,
-        help=f"greedy answers JSONL (repeatable: one column per file; default {EVAL_CORPUS})",
+        help="greedy answers JSONL (repeatable: one column per file; default "
+        f"{DISTILL_ROOT}/<model id>/eval_answers.jsonl)",
     )
     p.add_argument("--blocks", default="4,8,16")
     p.add_argument("--limit", type=int, default=None, help="first N answers")

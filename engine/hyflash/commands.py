@@ -12,10 +12,9 @@ import numpy as np
 
 from engine.corpora import TRAIN_SOURCES
 from engine.data_paths import (
-    CONVERSATIONS_CORPUS,
-    DEFAULT_CORPUS,
     DISTILL_ROOT,
     EVAL_CORPUS,
+    conversations_path,
     default_answers_path,
 )
 from engine.drafters.hyflash_shared import (
@@ -155,10 +154,11 @@ def cmd_data_conversations(args: argparse.Namespace) -> int:
     from engine.models import resolve_target
     from engine.target import LlamaTarget
 
-    _, path = resolve_target(args.model)
-    out = Path(args.out)
+    model_id, path = resolve_target(args.model)
+    out = Path(args.out) if args.out else conversations_path(model_id)
     out.parent.mkdir(parents=True, exist_ok=True)
-    have = done_keys(out) | done_keys(DEFAULT_CORPUS)  # prompts unlike the generated ones
+    # prompts unlike the generated ones
+    have = done_keys(out) | done_keys(default_answers_path(model_id, "train", ""))
     written = 0
     with LlamaTarget(path, n_ctx=64) as target, open(out, "a", encoding="utf-8") as f:
         template = ChatTemplate.for_target(target)
@@ -250,7 +250,9 @@ def add_data_parser(sub) -> None:
         "conversations", help="ShareGPT turns with their own answers (prefill-labelled data)"
     )
     conv.add_argument("--model", default=None)
-    conv.add_argument("--out", default=str(CONVERSATIONS_CORPUS))
+    conv.add_argument(
+        "--out", default=None, help=f"default {DISTILL_ROOT}/<model id>/sharegpt_answers.jsonl"
+    )
     conv.add_argument("--limit", type=int, default=1000)
     conv.add_argument("--max-tokens", type=int, default=384)
     conv.set_defaults(func=cmd_data_conversations)
@@ -655,7 +657,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from engine.models import resolve_target
 
     rank, world = init_distributed()
-    _, gguf = resolve_target(args.model)
+    model_id, gguf = resolve_target(args.model)
+    args.corpus = args.corpus or str(default_answers_path(model_id, "train", ""))
     out = Path(args.out)
     cfg = _drafter_config(args, gguf)
     tokens, prompt_lens, keys, feats, labels = _training_corpus(args, gguf, cfg.feature_layers)
@@ -773,7 +776,9 @@ def _keep_only_weights(folder: Path, keep: str) -> None:
 
 def add_train_parsers(sub) -> None:
     tr = sub.add_parser("train", help="train a HyFlash drafter (torch; resumable)")
-    tr.add_argument("--corpus", default=str(DEFAULT_CORPUS))
+    tr.add_argument(
+        "--corpus", default=None, help=f"default {DISTILL_ROOT}/<model id>/answers.jsonl"
+    )
     tr.add_argument("--out", required=True, help="run folder (checkpoint, config, history)")
     tr.add_argument("--model", default=None)
     tr.add_argument("--cache", default=None, help="feature cache folder")

