@@ -54,7 +54,7 @@ def test_long_training_prompts_never_reuse_a_benchmark_question(tokenizer_target
 
 
 def test_answer_files_default_to_the_committed_names_per_target():
-    from engine.data_paths import DEFAULT_CORPUS, default_answers_path
+    from engine.data_paths import DEFAULT_CORPUS, conversations_path, default_answers_path
 
     # Benchmarks and RESULTS read these files: regenerating without --out must extend them,
     # not leave the committed ones stale beside a differently named new file.
@@ -65,3 +65,9 @@ def test_answer_files_default_to_the_committed_names_per_target():
     # answers are appended by key: another target's must go to its own folder
     gemma = default_answers_path("gemma-3-270m-q4_k_m", "long", "2048-4096")
     assert gemma.parent.name == "gemma-3-270m-q4_k_m" and gemma.name == "long_2048-4096.jsonl"
+    # ShareGPT's answers in each target's tokens: the committed SmolLM2 file, Gemma's beside
+    # its own answers (the catalog's gemma-3-270m trains its shipped drafter from them)
+    assert (ROOT / conversations_path("smollm2-135m-instruct")).is_file()
+    for split in ("train", "eval"):
+        assert (ROOT / default_answers_path("gemma-3-270m", split, "")).is_file()
+    assert (ROOT / conversations_path("gemma-3-270m")).is_file()
