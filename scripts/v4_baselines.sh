@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Issue 16, item 4: the baselines at v4's exact recipe and data (causal slots, copy trust 0.2,
-# the corpus's first 2,424 answers (all it held then) plus the labelled ShareGPT conversations, block 16, 3000 steps,
-# features from the torch-side target in fp32 as v4's were), exported INT8 and walked beside
-# the shipped v4 and n-gram lookup: the 72 held-out answers (B=4/8/16) and the long-context
-# answers (2K-4K, 4K-8K tokens of context; B=8/16).
+# the corpus's first 2,424 answers, all it held then, plus the labelled ShareGPT conversations,
+# block 16, 3000 steps, features from the torch-side target in fp32 as v4's were), exported
+# INT8 and walked beside the shipped v4 and n-gram lookup: the 72 held-out answers
+# (B=4/8/16) and the long-context answers (2K-4K, 4K-8K tokens of context; B=8/16).
 #   full   full attention over every entry (DFlash-style), no memory
 #   swa    sliding-window attention (window 64), no memory
 # Training resumes from runs/v4-NAME/checkpoint.pt, so an interrupted run continues when the
@@ -26,7 +26,8 @@ for name in "${variants[@]}"; do
     esac
     $hf train "${args[@]}" --causal-slots --copy-trust 0.2 --max-answers 2424 \
         --extra-corpus $D/sharegpt_answers.jsonl --block-size 16 --steps 3000 --eval-every 250 \
-        --threads 2 --feature-source torch --torch-dtype fp32 --out "runs/v4-$name" >> "runs/v4-$name.log" 2>&1
+        --threads 2 --feature-source torch --torch-dtype fp32 --out "runs/v4-$name" \
+        >> "runs/v4-$name.log" 2>&1
     $hf export --run "runs/v4-$name" --checkpoint best.pt --out "runs/export/v4-$name" \
         --name "v4-$name" --quantize int8 --keep-only int8 >> "runs/v4-$name.log" 2>&1
     walk+=(--drafter "$label, v4 recipe=runs/export/v4-$name")
