@@ -163,29 +163,33 @@ class TorchTarget:
         ids, mask, pos = self._padded(prompts_ids, left=True)
         eos = torch.as_tensor(list(eos_ids), device=self.device)
         cache = DynamicCache(config=self.model.config)
-        answers = torch.zeros(len(prompts_ids), 0, dtype=torch.int64, device=self.device)
-        done = torch.zeros(len(prompts_ids), dtype=torch.bool, device=self.device)
+        answers: list[list[int]] = [[] for _ in prompts_ids]
+        stops = ["length"] * len(prompts_ids)
+        rows = list(range(len(prompts_ids)))  # the prompt each live batch row answers
         logits = self.model(
             input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, logits_to_keep=1
         ).logits
-        for _ in range(max_new_tokens):
+        for step in range(max_new_tokens):
             token = logits[:, -1].argmax(-1)
-            answers = torch.cat([answers, token[:, None]], dim=1)
-            done |= torch.isin(token, eos)
-            if bool(done.all()) or answers.shape[1] == max_new_tokens:
+            ended = torch.isin(token, eos)
+            for row, t, end in zip(rows, token.tolist(), ended.tolist(), strict=True):
+                if end:
+                    stops[row] = "eos"
+                else:
+                    answers[row].append(t)
+            if bool(ended.all()) or step + 1 == max_new_tokens:
                 break
-            # finished rows keep decoding (a batch moves together); their tokens are cut below
+            if bool(ended.any()):  # finished rows leave the batch: later steps cost less
+                keep = (~ended).nonzero().flatten()
+                cache.batch_select_indices(keep)
+                mask, pos, token = mask[keep], pos[keep], token[keep]
+                rows = [rows[i] for i in keep.tolist()]
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             pos = pos[:, -1:] + 1
             logits = self.model(
                 input_ids=token[:, None], attention_mask=mask, position_ids=pos, cache=cache
             ).logits
-        results = []
-        stop_ids = set(int(e) for e in eos_ids)
-        for row in answers.tolist():
-            end = next((i for i, t in enumerate(row) if t in stop_ids), None)
-            results.append((row, "length") if end is None else (row[:end], "eos"))
-        return results
+        return list(zip(answers, stops, strict=True))
 
     def close(self) -> None:
         for hook in self._hooks:
