@@ -25,7 +25,8 @@ from engine.hyflash.export import ObserveGraph, ProposeGraph, example_inputs, ex
 from engine.hyflash.gguf_weights import load_target_weights, write_stand_in_gguf
 from engine.hyflash.model import HyFlashModel
 from engine.hyflash.ssm import GatedDeltaNetMemory, Mamba2Memory, unit_lower_inverse
-from engine.hyflash.train import select_draft_vocab
+from engine.hyflash.train import Sequences, select_draft_vocab, train
+from engine.hyflash.train_config import TrainConfig
 
 
 def tiny_model(cfg: DrafterConfig, seed: int = 0) -> HyFlashModel:
@@ -187,6 +188,30 @@ def test_training_loss_falls(kw):
     # frozen target parts stay out of checkpoints; the draft vocabulary map is in them
     keys = model.state_dict().keys()
     assert "embedding" not in keys and "lm_head_t" not in keys and "draft_ids" in keys
+
+
+def test_bf16_training_steps_run_under_autocast_and_learn(tmp_path):
+    """--precision bf16: the training loop's forward runs under bf16 autocast (its losses
+    part from fp32's from the first step, by bf16 rounding only) and still learns; the
+    weights it saves stay fp32."""
+    torch.manual_seed(5)
+    seqs = Sequences(
+        tokens=[torch.randint(0, V, (40,)).numpy() for _ in range(4)],
+        features=[torch.randn(40, E).numpy() for _ in range(4)],
+        prompt_lens=[4] * 4,
+    )
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        model = tiny_model(tiny_config()).train()
+        tcfg = TrainConfig(
+            steps=40, batch_seqs=4, anchors_per_seq=4, lr=3e-3, warmup=1, precision=precision
+        )
+        history = train(model, seqs, None, tcfg, tmp_path / precision, show_progress=False)
+        losses[precision] = [h["loss"] for h in history]
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+    fp32, bf16 = losses["fp32"], losses["bf16"]
+    assert fp32[0] != bf16[0] and abs(fp32[0] - bf16[0]) < 0.05 * fp32[0]
+    assert bf16[-1] < 0.7 * bf16[0], bf16[::10]
 
 
 def test_draft_vocab_selection_and_checkpoints():

@@ -623,7 +623,9 @@ def _drafter_config(args: argparse.Namespace, gguf: Path) -> DrafterConfig:
     )
 
 
-def _write_run_info(out: Path, cfg: DrafterConfig, args, tokens, answer_tokens, split) -> None:
+def _write_run_info(
+    out: Path, cfg: DrafterConfig, args, tokens, answer_tokens, split, precision: str
+) -> None:
     """config.json and data.json of a run folder (export copies data.json into the card)."""
     import json
 
@@ -639,8 +641,16 @@ def _write_run_info(out: Path, cfg: DrafterConfig, args, tokens, answer_tokens, 
         "extra_corpus": args.extra_corpus,
         "copy_trust": args.copy_trust,
         "sources": args.sources,
+        "precision": precision,
     }
     (out / "data.json").write_text(json.dumps(info, indent=2))
+
+
+def _training_precision(precision: str) -> str:
+    """--precision auto -> bf16 where the CPU multiplies bf16 natively, else fp32."""
+    from engine.hyflash.torch_target import resolve_dtype
+
+    return resolve_dtype(precision, "cpu")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -687,9 +697,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         ckpt_every=args.eval_every,
         threads=args.threads,
         copy_trust=args.copy_trust,
+        precision=_training_precision(args.precision),
     )
     if rank == 0:
-        _write_run_info(out, cfg, args, tokens, answer_tokens, (train_idx, val_idx))
+        _write_run_info(out, cfg, args, tokens, answer_tokens, (train_idx, val_idx), tcfg.precision)
     val = data.subset(val_idx) if val_idx else None
     history = train(model, data.subset(train_idx), val, tcfg, out, show_progress=not args.quiet)
     if rank == 0 and history:
@@ -841,6 +852,14 @@ def add_train_parsers(sub) -> None:
         default=TrainConfig.copy_trust,
         help="weight of the copy-path trust loss: the gate learns to take the n-gram lookup "
         "candidate where it is right (0: NLL only)",
+    )
+    tr.add_argument(
+        "--precision",
+        default=TrainConfig.precision,
+        choices=["fp32", "bf16", "auto"],
+        help="the training forward's matmuls: fp32, or bf16 under autocast (about 1.5x faster "
+        "steps on AMX CPUs; weights and the exported drafter stay fp32); auto: bf16 where the "
+        "CPU runs it natively (AMX or AVX512-BF16), else fp32",
     )
     tr.add_argument(
         "--llama-threads", type=int, default=None, help="threads for prefill (either source)"

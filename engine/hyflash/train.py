@@ -216,7 +216,8 @@ def _step_batch(train_data: Sequences, tcfg: TrainConfig, step: int) -> dict:
 def _optimize(model: HyFlashModel, forward, opt, params, b: dict, tcfg: TrainConfig) -> tuple:
     """One optimizer step on batch b: (global-batch loss, gradient norm). The loss reported is
     the NLL; the copy-trust term (a per-rank mean) is added to what is minimised only."""
-    out = forward(b["features"], b["tokens"], b["anchors"], b["lengths"], b["labels"])
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=tcfg.precision == "bf16"):
+        out = forward(b["features"], b["tokens"], b["anchors"], b["lengths"], b["labels"])
     use = (out.target_valid & out.reachable).float()
     w_local = (use * model.slot_weight).sum()
     w_global = _all_sum(w_local.detach())

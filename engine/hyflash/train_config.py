@@ -21,3 +21,7 @@ class TrainConfig:
     val_anchors: int = 32
     threads: int = 1
     copy_trust: float = 0.0  # weight of the copy-path trust loss (model.trust_loss)
+    # "bf16": the training forward's matmuls under CPU autocast (1.5x faster steps where AMX or
+    # AVX512-BF16 runs them natively; emulated elsewhere, so slower); weights, optimizer
+    # state, softmaxes and the exported drafter stay fp32
+    precision: str = "fp32"

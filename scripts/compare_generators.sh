@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Issue 16, items 1-2: the corpus grows with answers written by the GGUF in torch (bf16 where
+# the CPU has it natively; rows say "generator": "torch-bf16"), which part from llama.cpp's
+# greedy answers after near-ties. Does a drafter trained on them walk the held-out llama.cpp
+# answers as well as one trained on llama.cpp's own answers to the same prompts? Same prompts
+# (the first ANSWERS rows of the committed corpus, all llama.cpp's), same seed, features
+# (torch-side), recipe and steps.
+# Usage: scripts/compare_generators.sh [ANSWERS] [STEPS] [OUT]   (defaults: 150 300 runs/generators)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+answers=${1:-150}
+steps=${2:-300}
+out=${3:-runs/generators}
+hf=.venv/bin/hyflash
+corpus=data/distill/smollm2-135m-instruct/answers.jsonl
+mkdir -p "$out"
+head -n "$answers" "$corpus" > "$out/llama-answers.jsonl"
+# the torch side answers the training prompts up to the last one those rows answer
+# (resumable: a rerun keeps what it has), then keeps only the prompts both sides answered
+limit=$(.venv/bin/python - "$out/llama-answers.jsonl" <<'EOF'
+import json, sys
+from engine.corpora import train_prompts
+order = {p.key: i for i, p in enumerate(train_prompts())}
+print(1 + max(order[json.loads(line)["key"]] for line in open(sys.argv[1])))
+EOF
+)
+$hf data generate --generator torch --limit "$limit" --streams 64 --threads 2 \
+    --out "$out/torch-all.jsonl" > "$out/generate.log" 2>&1
+.venv/bin/python - "$out" <<'EOF'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+torch_rows = {r["key"]: r for r in map(json.loads, open(out / "torch-all.jsonl"))}
+llama_rows = [r for r in map(json.loads, open(out / "llama-answers.jsonl")) if r["key"] in torch_rows]
+for name, rows in [("llama", llama_rows), ("torch", [torch_rows[r["key"]] for r in llama_rows])]:
+    with open(out / f"{name}-answers.jsonl", "w") as f:
+        f.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
+    tokens = sum(len(r["answer_ids"]) for r in rows)
+    print(f"{name}: {len(rows)} answers, {tokens} answer tokens")
+same = sum(torch_rows[r["key"]]["answer_ids"] == r["answer_ids"] for r in llama_rows)
+print(f"identical answers: {same} of {len(llama_rows)}")
+EOF
+for gen in llama torch; do
+    if [ ! -f "$out/$gen-drafter/card.json" ]; then
+        $hf train --out "$out/$gen" --corpus "$out/$gen-answers.jsonl" --feature-source torch \
+            --steps "$steps" --eval-every "$steps" --block-size 16 --threads 2 --quiet \
+            > "$out/$gen.log" 2>&1
+        $hf export --run "$out/$gen" --checkpoint checkpoint.pt --out "$out/$gen-drafter" \
+            --name "gen-$gen" --quantize int8 --keep-only int8 >> "$out/$gen.log" 2>&1
+    fi
+done
+$hf acceptance --drafter "llama.cpp answers=$out/llama-drafter" \
+    --drafter "torch answers=$out/torch-drafter" --drafter ngram=ngram \
+    --blocks 4,8,16 --threads 2 --out "$out/acceptance"
