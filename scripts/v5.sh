@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Issue 16: v5, v4's recipe (causal slots, copy trust 0.2, block 16, d=384 x 1, Mamba-2 memory,
+# copy path, INT8) on the 2M-token corpus: the first ANSWERS answers of answers.jsonl (all it
+# held when the corpus reached 2M answer tokens; the file may grow past them) plus the 419
+# labelled ShareGPT conversations, STEPS steps. Features from the torch-side target and the
+# training forward in bf16 where this CPU runs bf16 natively (AMX or AVX512-BF16), else fp32.
+# Training resumes from runs/v5-hyflash/checkpoint.pt, so an interrupted run continues when
+# the script is run again. Then export (best validation checkpoint) and the held-out walk
+# beside the shipped v4 and n-gram lookup.
+# Usage: scripts/v5.sh [STEPS] [OUT]   (defaults: 6000 runs/v5-hyflash)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+steps=${1:-6000}
+out=${2:-runs/v5-hyflash}
+answers=10285
+hf=.venv/bin/hyflash
+D=data/distill/smollm2-135m-instruct
+mkdir -p "$(dirname "$out")"
+$hf train --causal-slots --copy-trust 0.2 --max-answers "$answers" \
+    --extra-corpus $D/sharegpt_answers.jsonl --block-size 16 --steps "$steps" --eval-every 500 \
+    --threads 2 --feature-source torch --torch-dtype auto --precision auto --out "$out" \
+    >> "$out.log" 2>&1
+$hf export --run "$out" --checkpoint best.pt --out "runs/export/$(basename "$out")" \
+    --name hyflash-smollm2-135m --quantize int8 --keep-only int8 >> "$out.log" 2>&1
+$hf acceptance --drafter ngram --drafter "HyFlash v4 (shipped)=hyflash" \
+    --drafter "HyFlash v5=runs/export/$(basename "$out")" --blocks 4,8,16 --threads 2 \
+    --out docs/bench/acceptance-v5
