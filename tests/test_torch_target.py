@@ -113,6 +113,40 @@ def test_batched_generation_equals_unbatched(torch_t, llama_t):
     assert batched[1][1] == "length" and len(batched[1][0]) == 16
 
 
+def test_torch_answers_name_their_generator_and_resume(torch_t, llama_t, tmp_path):
+    """data generate --generator torch: rows in the corpus format that name their generator;
+    a second run answers only the prompts the file lacks, and its rows start past a line cut
+    by a kill (not glued to it) while the rows already written stay as they were."""
+    from engine.corpora import Prompt
+    from engine.hyflash.commands import _prompts_to_answer
+    from engine.hyflash.distill import load_answers
+    from engine.hyflash.torch_target import generate_answers
+
+    eos = [i for i in range(llama_t.n_vocab) if llama_t.is_eog(i)]
+    prompts = [
+        Prompt("test", str(i), q)
+        for i, q in enumerate(["Name a fruit.", "Count to five.", "Say hi.", "What is 3+4?"])
+    ]
+    out = tmp_path / "answers.jsonl"
+    first = _prompts_to_answer(llama_t, prompts[:2], out, 512)
+    assert generate_answers(torch_t, first, out, batch=2, max_tokens=6, eos_ids=eos) == 2
+    with open(out, "a", encoding="utf-8") as f:
+        f.write('{"key": "test/2", "source": "te')  # killed mid-write
+    written = out.read_text(encoding="utf-8")
+    todo = _prompts_to_answer(llama_t, prompts, out, 512)
+    assert [p.key for p, _ in todo] == ["test/2", "test/3"]
+    assert generate_answers(torch_t, todo, out, batch=2, max_tokens=6, eos_ids=eos) == 2
+    assert out.read_text(encoding="utf-8").startswith(written)
+    rows = load_answers(out)
+    assert sorted(r["key"] for r in rows) == [p.key for p in prompts]
+    for row in rows:
+        ids = _chat_ids(llama_t, prompts[int(row["key"].split("/")[1])].text)
+        answer, stop = torch_t.generate_batch([ids], 6, eos)[0]
+        assert row["prompt_ids"] == ids and row["answer_ids"] == answer
+        assert row["stop"] == stop and row["generator"] == "torch-fp32"
+    assert _prompts_to_answer(llama_t, prompts, out, 512) == []
+
+
 def test_torch_feature_source_writes_a_cache_the_trainer_reads(
     torch_t, llama_t, model_path, tmp_path, monkeypatch
 ):

@@ -150,23 +150,25 @@ def cmd_data_conversations(args: argparse.Namespace) -> int:
 
     from engine.chat_template import ChatTemplate
     from engine.corpora import sharegpt_conversations
-    from engine.hyflash.distill import done_keys
+    from engine.hyflash.distill import append_rows, done_keys
     from engine.models import resolve_target
     from engine.target import LlamaTarget
 
     model_id, path = resolve_target(args.model)
     out = Path(args.out) if args.out else conversations_path(model_id)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # prompts unlike the generated ones
-    have = done_keys(out) | done_keys(default_answers_path(model_id, "train", ""))
+    have = done_keys(out)
+    # prompts unlike the generated answers' first; once the answers cover them (the corpus
+    # answers every ShareGPT prompt up to 512 tokens), the dataset's own reply to an answered
+    # prompt is still a different text to learn from
+    answered = done_keys(default_answers_path(model_id, "train", ""))
+    convs = [c for c in sharegpt_conversations(10**9) if c[0].key not in have]
+    convs.sort(key=lambda c: c[0].key in answered)  # stable: dataset order within each group
     written = 0
-    with LlamaTarget(path, n_ctx=64) as target, open(out, "a", encoding="utf-8") as f:
+    with LlamaTarget(path, n_ctx=64) as target, append_rows(out) as f:
         template = ChatTemplate.for_target(target)
-        for prompt, answer in sharegpt_conversations(args.limit + len(have)):
+        for prompt, answer in convs:
             if written >= args.limit:
                 break
-            if prompt.key in have:
-                continue
             prompt_ids = template.tokenize(target, [{"role": "user", "content": prompt.text}])
             answer_ids = target.tokenize(answer, add_special=False, parse_special=False)
             stop = "eos" if len(answer_ids) < args.max_tokens else "length"

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import llama_cpp
 import numpy as np
@@ -57,6 +58,19 @@ def load_answers(path: Path) -> list[dict]:
             except json.JSONDecodeError:
                 continue
     return rows
+
+
+def append_rows(path: Path) -> TextIO:
+    """The corpus file opened for appending rows. A run killed mid-write leaves a cut last
+    line without its newline; end it first, so the next row starts a line of its own (the
+    readers skip the cut line) instead of being glued to it and lost."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and path.stat().st_size:
+        with open(path, "rb+") as f:
+            f.seek(-1, 2)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+    return open(path, "a", encoding="utf-8")
 
 
 class BatchedGreedy:
@@ -181,14 +195,13 @@ def generate_corpus(
         ids = template.tokenize(target, [{"role": "user", "content": p.text}])
         if len(ids) <= max_prompt_tokens:
             todo.append((p, ids))
-    out_path.parent.mkdir(parents=True, exist_ok=True)
     gen = BatchedGreedy(
         target, streams, max_prompt_tokens + max_tokens + 1, n_threads or target.n_threads
     )
     written = 0
     start = time.perf_counter()
     tokens = 0
-    with open(out_path, "a", encoding="utf-8") as f:
+    with append_rows(out_path) as f:
 
         def on_done(s: _Stream, reason: str) -> None:
             nonlocal written, tokens

@@ -215,10 +215,11 @@ def generate_answers(
     batch at a time (prompts of similar length together: less padding); rows name their
     generator. Callers leave out the keys out_path already holds, so a run resumes."""
     order = sorted(todo, key=lambda item: len(item[1]))
-    out_path.parent.mkdir(parents=True, exist_ok=True)
+    from engine.hyflash.distill import append_rows
+
     written = made = 0
     start = time.perf_counter()
-    with open(out_path, "a", encoding="utf-8") as f:
+    with append_rows(out_path) as f:
         for b in range(0, len(order), batch):
             chunk = order[b : b + batch]
             answers = target.generate_batch([ids for _, ids in chunk], max_tokens, eos_ids)
