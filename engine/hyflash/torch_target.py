@@ -214,9 +214,9 @@ def generate_answers(
     """Append greedy answers to (prompt, prompt ids) pairs in distill.py's row format, one
     batch at a time (prompts of similar length together: less padding); rows name their
     generator. Callers leave out the keys out_path already holds, so a run resumes."""
-    order = sorted(todo, key=lambda item: len(item[1]))
     from engine.hyflash.distill import append_rows
 
+    order = sorted(todo, key=lambda item: len(item[1]))
     written = made = 0
     start = time.perf_counter()
     with append_rows(out_path) as f:
