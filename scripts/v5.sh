@@ -11,18 +11,21 @@
 # beside the shipped v4 and n-gram lookup.
 # Usage: scripts/v5.sh [STEPS] [OUT]   (defaults: 6000 runs/v5-hyflash)
 # A smoke run of the whole pipeline: ANSWERS=40 WALK_OUT=runs/v5-smoke-walk scripts/v5.sh 20 runs/v5-smoke
+# FEATURE_DTYPE=fp32 pins the torch features' dtype (default auto), so a feature cache begun in
+# fp32 on one CPU kind (runs/features/torch-fp32) continues on another instead of restarting.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-6000}
 out=${2:-runs/v5-hyflash}
 answers=${ANSWERS:-10285}
 walk_out=${WALK_OUT:-docs/bench/acceptance-v5}
+feature_dtype=${FEATURE_DTYPE:-auto}
 hf=.venv/bin/hyflash
 D=data/distill/smollm2-135m-instruct
 mkdir -p "$(dirname "$out")"
 $hf train --causal-slots --copy-trust 0.2 --max-answers "$answers" \
     --extra-corpus $D/sharegpt_answers.jsonl --block-size 16 --steps "$steps" --eval-every 500 \
-    --threads 2 --feature-source torch --torch-dtype auto --precision auto --out "$out" \
+    --threads 2 --feature-source torch --torch-dtype "$feature_dtype" --precision auto --out "$out" \
     >> "$out.log" 2>&1
 $hf export --run "$out" --checkpoint best.pt --out "runs/export/$(basename "$out")" \
     --name hyflash-smollm2-135m --quantize int8 --keep-only int8 >> "$out.log" 2>&1
