@@ -36,6 +36,12 @@ from engine.hyflash.ssm import make_memory
 NEG = -1e9  # "log 0" that stays finite (no inf - inf = nan anywhere)
 
 
+def rms_normalize(x: Tensor, eps: float = 1e-6) -> Tensor:
+    # x / sqrt, not x * rsqrt: onnxruntime fuses this exported pattern (with the weight's Mul)
+    # into one SimplifiedLayerNormalization node; rsqrt exports as Sqrt + Reciprocal, unfused
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-6) -> None:
         super().__init__()
@@ -43,7 +49,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        return rms_normalize(x, self.eps) * self.weight
 
 
 def rope(x: Tensor, pos: Tensor, base: float) -> Tensor:
@@ -266,7 +272,7 @@ class HyFlashModel(nn.Module):
             e = self.cfg.hidden_size
             raw, final = features[..., :-e], features[..., -e:]
             raw = raw.unflatten(-1, (len(self.cfg.feature_layers), e))
-            raw = raw * torch.rsqrt(raw.pow(2).mean(-1, keepdim=True) + 1e-6)
+            raw = rms_normalize(raw)
             features = torch.cat([raw.flatten(-2), final], dim=-1)
         return self.ctx_norm(self.ctx_feat(features) + self.ctx_tok(token_emb))
 

@@ -55,7 +55,7 @@ def unit_lower_inverse(a: Tensor, method: str = "solve") -> Tensor:
 
 
 def _l2norm(x: Tensor, eps: float = 1e-6) -> Tensor:
-    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + eps)
 
 
 @dataclass
