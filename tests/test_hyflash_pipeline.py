@@ -263,6 +263,31 @@ def test_an_interrupted_cache_keeps_what_it_saved_by_time(corpus, model_path, tm
     assert all(np.array_equal(a, b) for a, b in zip(resumed, fresh, strict=True))
 
 
+def test_torch_batches_group_sequences_of_like_length():
+    """The torch source computes a window of sequences ahead, sorted by length: every
+    sequence still to compute is in exactly one batch, none another cache holds, batches fit
+    batch_tokens once padded (a longer sequence alone), and padding stays small."""
+    from engine.hyflash.features import _window_batches
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(20, 900, size=300)
+    tokens = [np.zeros(n, dtype=np.int64) for n in lengths]
+    digests = [f"d{j}" for j in range(len(tokens))]
+    reuse = {f"d{j}": None for j in range(0, len(tokens), 7)}
+    start = 5
+    batches = _window_batches(start, tokens, digests, reuse, batch_tokens=2048, window=128)
+    got = sorted(j for b in batches for j in b)
+    todo = [j for j in range(start, len(tokens)) if j % 7][:128]
+    assert got == todo
+    padded = 0
+    for b in batches:
+        longest = max(lengths[j] for j in b)
+        assert len(b) == 1 or longest * len(b) <= 2048
+        padded += longest * len(b)
+    assert padded <= 1.15 * sum(lengths[j] for j in todo)  # in arrival order: 1.35x here
+    assert _window_batches(len(tokens), tokens, digests, reuse, 2048) == []
+
+
 def test_conversations_corpus_and_training_on_target_labels(tmp_path):
     from engine.hyflash.distill import load_answers
 

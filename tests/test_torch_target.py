@@ -158,7 +158,9 @@ def test_torch_feature_source_writes_a_cache_the_trainer_reads(
     assert cache_dir_for(model_path, keys, source="torch-fp32").parent.name == "torch-fp32"
     assert cache_dir_for(model_path, keys) != cache_dir_for(model_path, keys, source="torch-fp32")
     ids = _chat_ids(llama_t, TEXT)
-    tokens = [np.asarray(ids, dtype=np.int64), np.asarray(ids[:30], dtype=np.int64)]
+    # prefixes out of length order: the torch source batches them sorted by length, and
+    # each must come back at its own index
+    tokens = [np.asarray(ids[:n], dtype=np.int64) for n in (len(ids), 30, 45)]
     # a llama.cpp cache of the same sequences beside it (same parent, a name the reuse scan
     # matches) must not be reused by the torch source
     llama_dir = tmp_path / f"{model_path.stem}-llama"
@@ -176,8 +178,12 @@ def test_torch_feature_source_writes_a_cache_the_trainer_reads(
     assert not np.array_equal(feats[0], llama_feats[0])
     assert _cosine(ref.features, np.asarray(feats[0], dtype=np.float32)).mean() >= 0.998
     assert labels[0][0] == ids[0] and np.mean(labels[0][1:] == ref.logits.argmax(1)[:-1]) >= 0.9
-    np.testing.assert_array_equal(labels[1], labels[0][:30])
-    batch = make_batch(Sequences(tokens, feats, [10, 10], labels), [0, 1], np.array([[20], [25]]))
+    for j, n in ((1, 30), (2, 45)):  # a causal target: a prefix's rows are the whole's
+        np.testing.assert_array_equal(labels[j], labels[0][:n])
+        np.testing.assert_allclose(feats[j], feats[0][:n], atol=2e-2)
+    batch = make_batch(
+        Sequences(tokens, feats, [10, 10, 10], labels), [0, 1], np.array([[20], [25]])
+    )
     assert batch["features"].shape == (2, len(ids), 576) and batch["labels"].shape == (2, len(ids))
     assert torch.isfinite(batch["features"]).all()
     # cached: read back without computing (a target would be an error now)

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import time
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -265,8 +266,10 @@ def _fill(
                 feats, preds = llama_rows(target, seq, with_labels)
             else:
                 if i not in pending:
-                    batch = _next_batch(i, tokens, index["digests"], reuse, batch_tokens)
-                    pending = _torch_rows(target, tokens, batch, with_labels, index["layers"])
+                    for batch in _window_batches(i, tokens, index["digests"], reuse, batch_tokens):
+                        pending.update(
+                            _torch_rows(target, tokens, batch, with_labels, index["layers"])
+                        )
                 feats, preds = pending.pop(i)
             store[lo:hi] = feats
             if labels is not None:
@@ -306,7 +309,7 @@ def feature_cache(
     on every row, into labels.i32: training targets for text the target did not write.
 
     source: "llama" (llama.cpp prefill) or "torch-fp32" / "torch-bf16" (resolve_source; the
-    GGUF in torch on `device`, consecutive sequences batched up to batch_tokens padded).
+    GGUF in torch on `device`, sequences batched by length up to batch_tokens padded).
 
     layers: fused features: these target layers' inputs come before the final state in each
     row ((len(layers) + 1) * n_embd wide), as the run-time target gives them."""
@@ -363,18 +366,29 @@ def feature_cache(
     ]
 
 
-def _next_batch(
-    start: int, tokens: list[np.ndarray], digests: list[str], reuse: dict, batch_tokens: int
-) -> list[int]:
-    """Sequences start.. still to compute, as many as fit batch_tokens once padded (one at
-    least): a padded batch costs its count times its longest sequence."""
+# sequences sorted by length together: a batch padded to its longest wastes 5-6% at 128 on
+# the distilled corpus (lengths 36-896), 33% when consecutive sequences were batched as they came
+_SORT_WINDOW = 128
+
+
+def _window_batches(
+    start: int,
+    tokens: list[np.ndarray],
+    digests: list[str],
+    reuse: dict,
+    batch_tokens: int,
+    window: int = _SORT_WINDOW,
+) -> list[list[int]]:
+    """The next `window` sequences from start still to compute (none another cache holds),
+    sorted by length and cut into batches of at most batch_tokens once padded (one sequence
+    at least): a padded batch costs its count times its longest sequence. Computing a window
+    ahead of the loop costs at most one window's work if the run is killed."""
+    todo = list(islice((j for j in range(start, len(tokens)) if digests[j] not in reuse), window))
+    batches: list[list[int]] = []
     batch: list[int] = []
-    longest = 0
-    for j in range(start, len(tokens)):
-        if digests[j] in reuse:
-            continue
-        longest = max(longest, len(tokens[j]))
-        if batch and longest * (len(batch) + 1) > batch_tokens:
-            break
+    for j in sorted(todo, key=lambda j: len(tokens[j])):
+        if batch and len(tokens[j]) * (len(batch) + 1) > batch_tokens:
+            batches.append(batch)
+            batch = []
         batch.append(j)
-    return batch
+    return [*batches, batch] if batch else batches
