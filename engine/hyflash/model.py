@@ -483,7 +483,8 @@ class HyFlashModel(nn.Module):
         w = use * self.slot_weight
         loss = -(lp_y * w).sum() / w.sum().clamp(min=1e-6)
         nll = -(lp_y * use).sum((0, 1)) / use.sum((0, 1)).clamp(min=1)
-        pred = self.mixture_argmax(out)
+        with torch.no_grad():  # a metric: nothing to keep for the backward pass
+            pred = self.mixture_argmax(out)
         return TrainOutput(
             loss=loss,
             nll=nll.detach(),
@@ -529,8 +530,11 @@ class HyFlashModel(nn.Module):
         the winner is either the draft-vocab argmax or one of the copied ids. Ties go to the
         lower id, as in the run time's HyFlashDrafter.mixture_argmax and its argmax over the
         whole mixture (the draft vocabulary is sorted, so its first argmax is its lowest id)."""
-        p_vocab = out.vocab_lp.exp()
-        vbest, vidx = p_vocab.max(-1)
+        # maxima and gathers in log space, exp of those only: an exp over the whole draft
+        # vocabulary cost a tenth of a training step (the argmax equals the run time's, which
+        # takes it over log-probs too)
+        vbest, vidx = out.vocab_lp.max(-1)
+        vbest = vbest.exp()
         vtok = self.draft_ids[vidx]
         if out.copy_lp is None:
             return vtok
@@ -546,7 +550,8 @@ class HyFlashModel(nn.Module):
         seg_mass = torch.zeros_like(sorted_p).scatter_add(-1, segment, sorted_p)
         copy_total = torch.empty_like(p_copy).scatter(-1, order, seg_mass.gather(-1, segment))
         d = self.target_to_draft[ids]
-        pv = torch.where(d >= 0, p_vocab.gather(-1, d.clamp(min=0)), torch.zeros_like(p_copy))
+        pv_in = out.vocab_lp.gather(-1, d.clamp(min=0)).exp()
+        pv = torch.where(d >= 0, pv_in, torch.zeros_like(p_copy))
         score = copy_total + pv
         cbest = score.amax(-1)
         ctok = torch.where(score == cbest[..., None], ids, self.cfg.vocab_size).amin(-1)
