@@ -4,8 +4,10 @@
 # when it passed issue 16's 2M: 2.88M answer tokens; the file may grow past them) plus the 419
 # labelled ShareGPT conversations, STEPS steps. Features from the torch-side target and the
 # training forward in bf16 where this CPU runs bf16 natively (AMX or AVX512-BF16), else fp32.
-# Cost on 2 cores: features of ~3.9M tokens ~45 min in bf16 on an AMX Xeon (~3.5 h in fp32 on
-# an AVX2 EPYC, 309 tok/s), then ~0.65 s (bf16, AMX) to ~1 s (fp32) per step.
+# Cost on 2 cores: features of 3.77M tokens ~45 min in bf16 on an AMX Xeon (~2.3 h in fp32 on
+# an AVX2 EPYC, 450 tok/s with batches sorted by length), then ~0.65 s (bf16, AMX) to 1.1-1.4 s
+# (fp32, AVX2 EPYC) per step. The feature cache (runs/features/) and the checkpoint resume
+# across sessions where runs/ is kept.
 # Training resumes from runs/v5-hyflash/checkpoint.pt, so an interrupted run continues when
 # the script is run again. Then export (best validation checkpoint) and the held-out walk
 # beside the shipped v4 and n-gram lookup.
