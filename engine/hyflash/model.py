@@ -530,9 +530,7 @@ class HyFlashModel(nn.Module):
         the winner is either the draft-vocab argmax or one of the copied ids. Ties go to the
         lower id, as in the run time's HyFlashDrafter.mixture_argmax and its argmax over the
         whole mixture (the draft vocabulary is sorted, so its first argmax is its lowest id)."""
-        # maxima and gathers in log space, exp of those only: an exp over the whole draft
-        # vocabulary cost a tenth of a training step (the argmax equals the run time's, which
-        # takes it over log-probs too)
+        # maxima and gathers in log space, as the run time's argmax; exp of the winners only
         vbest, vidx = out.vocab_lp.max(-1)
         vbest = vbest.exp()
         vtok = self.draft_ids[vidx]
