@@ -9,12 +9,15 @@
 # Training resumes from runs/v4-NAME/checkpoint.pt, so an interrupted run continues when the
 # script is run again; a finished one only re-exports. Each run takes about an hour of 2 cores.
 # Usage: scripts/v4_baselines.sh [VARIANT ...]   (default: full swa)
+# WALK_OUT names the walks' folder (default docs/bench/v4-baselines; the long-context walk goes
+# to WALK_OUT-long), so a run of one variant need not overwrite another's committed walk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 variants=("$@")
 if [ ${#variants[@]} -eq 0 ]; then
     variants=(full swa)
 fi
+walk_out=${WALK_OUT:-docs/bench/v4-baselines}
 hf=.venv/bin/hyflash
 D=data/distill/smollm2-135m-instruct
 walk=(--drafter ngram --drafter "HyFlash v4 (shipped)=hyflash")
@@ -33,6 +36,6 @@ for name in "${variants[@]}"; do
     walk+=(--drafter "$label, v4 recipe=runs/export/v4-$name")
 done
 walk+=(--drafter "hybrid v4=hybrid:hyflash")
-$hf acceptance "${walk[@]}" --blocks 4,8,16 --threads 2 --out docs/bench/v4-baselines
+$hf acceptance "${walk[@]}" --blocks 4,8,16 --threads 2 --out "$walk_out"
 $hf acceptance "${walk[@]}" --answers $D/long_2048-4096.jsonl --answers $D/long_4096-7936.jsonl \
-    --max-len 8192 --blocks 8,16 --threads 2 --out docs/bench/v4-baselines-long
+    --max-len 8192 --blocks 8,16 --threads 2 --out "$walk_out-long"
