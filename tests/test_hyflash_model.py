@@ -26,7 +26,7 @@ from engine.hyflash.export import ObserveGraph, ProposeGraph, example_inputs, ex
 from engine.hyflash.gguf_weights import load_target_weights, write_stand_in_gguf
 from engine.hyflash.model import HyFlashModel
 from engine.hyflash.ssm import GatedDeltaNetMemory, Mamba2Memory, unit_lower_inverse
-from engine.hyflash.train import Sequences, select_draft_vocab, train
+from engine.hyflash.train import Sequences, _step_batch, select_draft_vocab, train
 from engine.hyflash.train_config import TrainConfig
 
 
@@ -213,6 +213,31 @@ def test_bf16_training_steps_run_under_autocast_and_learn(tmp_path):
     fp32, bf16 = losses["fp32"], losses["bf16"]
     assert fp32[0] != bf16[0] and abs(fp32[0] - bf16[0]) < 0.05 * fp32[0]
     assert bf16[-1] < 0.7 * bf16[0], bf16[::10]
+
+
+def test_source_weights_set_how_often_training_draws_each_source():
+    """--source-weight: a source at weight 3 is drawn ~3x as often as an unnamed one, weight 0
+    never; the weights follow a subset (the train split); malformed or unknown ones fail."""
+    from engine.hyflash.commands import _source_weights
+
+    keys = ["gsm8k/0", "sharegpt/a", "mbpp/0", "sharegpt/b"]
+    weights = _source_weights("gsm8k=3,mbpp=0", keys)
+    assert weights.tolist() == [3.0, 1.0, 0.0, 1.0]
+    seqs = Sequences(
+        tokens=[np.full(12, i, dtype=np.int64) for i in range(4)],
+        features=[np.zeros((12, E), dtype=np.float32)] * 4,
+        prompt_lens=[2] * 4,
+        weights=weights,
+    ).subset([0, 1, 2])
+    assert seqs.weights.tolist() == [3.0, 1.0, 0.0]
+    tcfg = TrainConfig(batch_seqs=8, anchors_per_seq=2)
+    drawn = np.concatenate([_step_batch(seqs, tcfg, s)["tokens"][:, 0].numpy() for s in range(300)])
+    counts = np.bincount(drawn, minlength=3)
+    assert counts[2] == 0 and 2.6 < counts[0] / counts[1] < 3.4, counts
+    assert _source_weights(None, keys) is None
+    for bad in ("gsm8k", "gsm8k=-1", "gsm8k=x", "ifbench=2", "gsm8k=0,sharegpt=0,mbpp=0"):
+        with pytest.raises(SystemExit, match="--source-weight"):
+            _source_weights(bad, keys)
 
 
 def test_draft_vocab_selection_and_checkpoints():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -513,6 +514,30 @@ def _split_val(keys: list[str], frac: float) -> tuple[list[int], list[int]]:
     return [i for i in range(len(keys)) if i not in chosen], val
 
 
+def _source_weights(arg: str | None, keys: list[str]) -> np.ndarray | None:
+    """--source-weight SRC=W,...: each sequence's sampling weight by its prompt's source (the
+    key's part before '/'; unnamed sources weigh 1); None when not given."""
+    if not arg:
+        return None
+    named: dict[str, float] = {}
+    for item in arg.split(","):
+        source, sep, value = item.partition("=")
+        try:
+            weight = float(value) if sep else -1.0
+        except ValueError:
+            weight = -1.0
+        if weight < 0 or not math.isfinite(weight):
+            raise SystemExit(f"--source-weight: {item!r} is not SOURCE=WEIGHT (a weight >= 0)")
+        named[source.strip()] = weight
+    present = {k.split("/", 1)[0] for k in keys}
+    if missing := sorted(set(named) - present):
+        raise SystemExit(f"--source-weight: no training sequences from {', '.join(missing)}")
+    weights = np.array([named.get(k.split("/", 1)[0], 1.0) for k in keys])
+    if not weights.sum() > 0:
+        raise SystemExit("--source-weight: every sequence weighs 0")
+    return weights
+
+
 def _corpus_with_features(
     path: Path,
     with_labels: bool,
@@ -643,6 +668,7 @@ def _write_run_info(
         "extra_corpus": args.extra_corpus,
         "copy_trust": args.copy_trust,
         "sources": args.sources,
+        "source_weight": args.source_weight,
         "precision": precision,
     }
     (out / "data.json").write_text(json.dumps(info, indent=2))
@@ -677,7 +703,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not tokens:
         print(f"error: no usable answers in {args.corpus}", file=sys.stderr)
         return 2
-    data = Sequences(tokens, feats, prompt_lens, labels)
+    data = Sequences(tokens, feats, prompt_lens, labels, _source_weights(args.source_weight, keys))
     train_idx, val_idx = _split_val(keys, args.val_frac)
     # what the slots must predict: the target's labels where the text is not its own
     answer_tokens = [t[p:] for t, p in zip(labels or tokens, prompt_lens, strict=True)]
@@ -833,6 +859,13 @@ def add_train_parsers(sub) -> None:
         default=None,
         help=f"--corpus answers to prompts of these sources only, comma-separated "
         f"({','.join(TRAIN_SOURCES)}); --max-answers counts among them",
+    )
+    tr.add_argument(
+        "--source-weight",
+        default=None,
+        help="draw sequences of these prompt sources more or less often than the others, "
+        "e.g. gsm8k=3,mbpp=3 (sources weigh 1 unless named; the validation split is not "
+        "weighted)",
     )
     tr.add_argument(
         "--extra-corpus",

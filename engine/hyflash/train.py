@@ -37,6 +37,8 @@ class Sequences:
     features: list[np.ndarray]  # float16/32 (T, F): feature i predicts token i+1
     prompt_lens: list[int]
     labels: list[np.ndarray] | None = None  # training targets when they are not the tokens
+    # how often training draws each sequence, relative to the others (None: uniformly)
+    weights: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -47,6 +49,7 @@ class Sequences:
             [self.features[i] for i in idx],
             [self.prompt_lens[i] for i in idx],
             None if self.labels is None else [self.labels[i] for i in idx],
+            None if self.weights is None else self.weights[list(idx)],
         )
 
 
@@ -205,8 +208,12 @@ def _step_batch(train_data: Sequences, tcfg: TrainConfig, step: int) -> dict:
     rank, world = _world()
     per_rank = tcfg.batch_seqs // world
     rng = np.random.default_rng([tcfg.seed, step])
+    w = train_data.weights
     global_idx = rng.choice(
-        len(train_data), size=tcfg.batch_seqs, replace=len(train_data) < tcfg.batch_seqs
+        len(train_data),
+        size=tcfg.batch_seqs,
+        replace=w is not None or len(train_data) < tcfg.batch_seqs,
+        p=None if w is None else w / w.sum(),
     )
     global_anchors = sample_anchors(train_data, global_idx, tcfg.anchors_per_seq, rng)
     mine = slice(rank * per_rank, (rank + 1) * per_rank)
