@@ -6,9 +6,9 @@
 # novel-text acceptance (session 13). v6 continues v5's run from its last checkpoint for EXTRA
 # more steps on the same data with GSM8K and MBPP drawn WEIGHT times as often as the rest (49%
 # of the draws at 6, v4's share), the learning rate continuing the cosine of v5's schedule
-# stretched to the new total (~2.8e-4 falling to 1e-4). Then export (the last checkpoint:
+# stretched to the new total (~2.9e-4 falling to 1e-4). Then export (the last checkpoint:
 # validation is the unweighted mix) and the held-out walk beside v5 and n-gram lookup.
-# Cost: ~1.1 s per step in fp32 on a 2-core AVX2 EPYC (1000 steps ~18 minutes); features come
+# Cost: 1.1-1.7 s per step in fp32 on a 2-core AVX2 EPYC (1000 steps took 25 minutes); features come
 # from v5's cache. Needs runs/v5-hyflash/checkpoint.pt (scripts/v5.sh).
 # Usage: scripts/v6.sh [EXTRA] [WEIGHT]   (defaults: 1000 6; FEATURE_DTYPE as v5.sh)
 set -euo pipefail

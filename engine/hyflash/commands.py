@@ -514,6 +514,11 @@ def _split_val(keys: list[str], frac: float) -> tuple[list[int], list[int]]:
     return [i for i in range(len(keys)) if i not in chosen], val
 
 
+def _source_of(key: str) -> str:
+    """A corpus key's prompt source: its part before '/' (e.g. gsm8k/12 -> gsm8k)."""
+    return key.split("/", 1)[0]
+
+
 def _source_weights(arg: str | None, keys: list[str]) -> np.ndarray | None:
     """--source-weight SRC=W,...: each sequence's sampling weight by its prompt's source (the
     key's part before '/'; unnamed sources weigh 1); None when not given."""
@@ -529,10 +534,10 @@ def _source_weights(arg: str | None, keys: list[str]) -> np.ndarray | None:
         if weight < 0 or not math.isfinite(weight):
             raise SystemExit(f"--source-weight: {item!r} is not SOURCE=WEIGHT (a weight >= 0)")
         named[source.strip()] = weight
-    present = {k.split("/", 1)[0] for k in keys}
+    present = {_source_of(k) for k in keys}
     if missing := sorted(set(named) - present):
         raise SystemExit(f"--source-weight: no training sequences from {', '.join(missing)}")
-    weights = np.array([named.get(k.split("/", 1)[0], 1.0) for k in keys])
+    weights = np.array([named.get(_source_of(k), 1.0) for k in keys])
     if not weights.sum() > 0:
         raise SystemExit("--source-weight: every sequence weighs 0")
     return weights
@@ -559,7 +564,7 @@ def _corpus_with_features(
 
     tokens, prompt_lens, keys = load_corpus(path, args.max_len)
     if sources is not None:
-        keep = [i for i, k in enumerate(keys) if k.split("/", 1)[0] in sources]
+        keep = [i for i, k in enumerate(keys) if _source_of(k) in sources]
         tokens, prompt_lens, keys = ([x[i] for i in keep] for x in (tokens, prompt_lens, keys))
     n = max_answers or len(tokens)
     tokens, prompt_lens, keys = tokens[:n], prompt_lens[:n], keys[:n]
