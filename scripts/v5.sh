@@ -15,6 +15,10 @@
 # A smoke run of the whole pipeline: ANSWERS=40 WALK_OUT=runs/v5-smoke-walk scripts/v5.sh 20 runs/v5-smoke
 # FEATURE_DTYPE=fp32 pins the torch features' dtype (default auto), so a feature cache begun in
 # fp32 on one CPU kind (runs/features/torch-fp32) continues on another instead of restarting.
+# DRAFTER_ARGS adds train arguments (a capacity variant: "--layers 2" or "--d-model 576") and
+# LABEL names the new drafter in the walk, which then walks v5 beside it too:
+# FEATURE_DTYPE=fp32 DRAFTER_ARGS="--layers 2" LABEL="HyFlash v5, 2 layers" \
+#     WALK_OUT=docs/bench/acceptance-v5-2layers scripts/v5.sh 3000 runs/v5-2layers
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-6000}
@@ -22,15 +26,20 @@ out=${2:-runs/v5-hyflash}
 answers=${ANSWERS:-10285}
 walk_out=${WALK_OUT:-docs/bench/acceptance-v5}
 feature_dtype=${FEATURE_DTYPE:-auto}
+drafter_args=${DRAFTER_ARGS:-}
+label=${LABEL:-HyFlash v5}
 hf=.venv/bin/hyflash
 D=data/distill/smollm2-135m-instruct
 mkdir -p "$(dirname "$out")"
 $hf train --causal-slots --copy-trust 0.2 --max-answers "$answers" \
     --extra-corpus $D/sharegpt_answers.jsonl --block-size 16 --steps "$steps" --eval-every 500 \
-    --threads 2 --feature-source torch --torch-dtype "$feature_dtype" --precision auto --out "$out" \
+    --threads 2 --feature-source torch --torch-dtype "$feature_dtype" --precision auto \
+    $drafter_args --out "$out" \
     >> "$out.log" 2>&1
 $hf export --run "$out" --checkpoint best.pt --out "runs/export/$(basename "$out")" \
     --name hyflash-smollm2-135m --quantize int8 --keep-only int8 >> "$out.log" 2>&1
-$hf acceptance --drafter ngram --drafter "HyFlash v4 (shipped)=hyflash" \
-    --drafter "HyFlash v5=runs/export/$(basename "$out")" --blocks 4,8,16 --threads 2 \
+baseline=()
+[ "$label" = "HyFlash v5" ] || baseline=(--drafter "HyFlash v5=runs/export/v5-hyflash")
+$hf acceptance --drafter ngram --drafter "HyFlash v4 (shipped)=hyflash" "${baseline[@]}" \
+    --drafter "$label=runs/export/$(basename "$out")" --blocks 4,8,16 --threads 2 \
     --out "$walk_out"
