@@ -6,6 +6,9 @@
 # (B=4/8/16) and the long-context answers (2K-4K, 4K-8K tokens of context; B=8/16).
 #   full   full attention over every entry (DFlash-style), no memory
 #   swa    sliding-window attention (window 64), no memory
+#   fused  HyFlash with target layers 2, 15 and 27 fused with the final state (EAGLE-3 /
+#          DFlash style; a 4x wider feature cache: runs/features/torch-fp32/L2-15-27/,
+#          ~40 min of fp32 features on 2 AVX2 cores before the steps, resumable)
 # Training resumes from runs/v4-NAME/checkpoint.pt, so an interrupted run continues when the
 # script is run again; a finished one only re-exports. Each run takes about an hour of 2 cores.
 # Usage: scripts/v4_baselines.sh [VARIANT ...]   (default: full swa)
@@ -25,6 +28,7 @@ for name in "${variants[@]}"; do
     case $name in
         full) args=(--attention full --memory none); label="full attention" ;;
         swa) args=(--memory none); label="SWA" ;;
+        fused) args=(--feature-layers 2,15,27); label="HyFlash, layers 2/15/27 fused" ;;
         *) echo "unknown variant $name" >&2; exit 2 ;;
     esac
     $hf train "${args[@]}" --causal-slots --copy-trust 0.2 --max-answers 2424 \
