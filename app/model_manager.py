@@ -1,5 +1,6 @@
 """Model manager: the catalog with installed/available state, downloads with progress and
-cancel (on their own worker thread), delete, and "use this model"."""
+cancel (on their own worker thread), delete, "use this model", and "speed up this model"
+(training a HyFlash drafter for an installed model that has none: app.speedup_dialog)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.speedup_dialog import SpeedupDialog
+from app.speedup_job import unfinished_job
 from engine.catalog import CatalogEntry, load_catalog
 from engine.engine import hyflash_status
 from engine.events import EngineError
@@ -92,23 +95,34 @@ class _Row:
         self.cancel = QPushButton("Cancel")
         self.delete = QPushButton("Delete")
         self.use = QPushButton("Use this model")
-        for w in (self.progress, self.download, self.cancel, self.delete, self.use):
+        self.speedup = QPushButton("Speed up this model…")
+        self.speedup.setToolTip("Train a HyFlash drafter for this model on this computer")
+        widgets = (self.progress, self.download, self.cancel, self.delete, self.use, self.speedup)
+        for w in widgets:
             layout.addWidget(w)
         layout.addStretch(1)
         self.cancel_event: threading.Event | None = None
         self.name: QTableWidgetItem | None = None
+        self.drafter = QTableWidgetItem()
 
+    def show_drafter(self, installed: bool) -> bool:
+        """Which speculative drafter the model gets: a HyFlash drafter (shipped or trained
+        here), or n-gram lookup. True for HyFlash."""
+        path = None
+        if installed and self.entry.source.get("kind") == "hub":
+            from engine.downloads import cached_model_path
 
-def _drafter_item(entry: CatalogEntry) -> QTableWidgetItem:
-    """Which speculative drafter the model gets: a shipped HyFlash drafter, or n-gram lookup."""
-    has, why = hyflash_status(entry.id)
-    item = QTableWidgetItem("HyFlash" if has else "n-gram")
-    item.setToolTip(
-        "A learned HyFlash drafter ships for this model"
-        if has
-        else f"{why} Speculative decoding uses n-gram lookup (no drafter model needed)."
-    )
-    return item
+            # a trained drafter is pinned to its GGUF's sha256; the catalog pins it for the
+            # packaged models but not for every Hub file, so the file itself is the key there
+            path = cached_model_path(self.entry)
+        has, why = hyflash_status(self.entry.id, path)
+        self.drafter.setText("HyFlash" if has else "n-gram")
+        self.drafter.setToolTip(
+            "A learned HyFlash drafter is installed for this model"
+            if has
+            else f"{why} Speculative decoding uses n-gram lookup (no drafter model needed)."
+        )
+        return has
 
 
 class ModelManager(QDialog):
@@ -169,7 +183,8 @@ class ModelManager(QDialog):
         row = _Row(entry)
         r = self.table.rowCount()
         self.table.insertRow(r)
-        name = QTableWidgetItem(entry.name)
+        use = entry.extra.get("recommended_for")
+        name = QTableWidgetItem(f"{entry.name} · recommended for {use}" if use else entry.name)
         row.name = name
         name.setToolTip(f"{entry.id} · license {entry.license or '?'}")
         ram = QTableWidgetItem(format_size(entry.ram_gb * 1e9) if entry.ram_gb else "?")
@@ -178,13 +193,14 @@ class ModelManager(QDialog):
             ram.setToolTip("More than this computer's memory")
         ctx = QTableWidgetItem(f"{entry.context_length // 1024}K" if entry.context_length else "?")
         size = QTableWidgetItem(format_size(entry.size_bytes))
-        for c, item in enumerate((name, size, ram, ctx, _drafter_item(entry), row.status)):
+        for c, item in enumerate((name, size, ram, ctx, row.drafter, row.status)):
             self.table.setItem(r, c, item)
         self.table.setCellWidget(r, 6, row.actions)
         row.download.clicked.connect(lambda: self.start_download(entry.id))
         row.cancel.clicked.connect(lambda: self.cancel_download(entry.id))
         row.delete.clicked.connect(lambda: self.delete(entry.id))
         row.use.clicked.connect(lambda: self.use(entry.id))
+        row.speedup.clicked.connect(lambda: self.open_speedup(entry.id))
         self.rows[entry.id] = row
 
     def drafter_of(self, model_id: str) -> str:
@@ -218,6 +234,12 @@ class ModelManager(QDialog):
             row.delete.setEnabled(not in_use)
             row.delete.setToolTip("The model in use cannot be deleted" if in_use else "")
             row.use.setVisible(installed and not in_use and not busy)
+            has_drafter = row.show_drafter(installed)
+            offer_speedup = installed and not has_drafter and not busy
+            row.speedup.setVisible(offer_speedup)
+            if offer_speedup:
+                resume = unfinished_job(model_id) is not None
+                row.speedup.setText("Resume speed-up…" if resume else "Speed up this model…")
 
     # ----- actions ----------------------------------------------------------------------------
 
@@ -250,6 +272,18 @@ class ModelManager(QDialog):
         self.current = model_id
         self.refresh()
         self.modelChosen.emit(model_id)
+
+    def open_speedup(self, model_id: str) -> SpeedupDialog:
+        dialog = SpeedupDialog(model_id, self.rows[model_id].entry.name, parent=self)
+        dialog.closedWith.connect(self._on_speedup_closed)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        return dialog
+
+    def _on_speedup_closed(self, _model_id: str, message: str) -> None:
+        if message:
+            self.message.setText(message)
+        self.refresh()  # a drafter installed, or a job left to resume
 
     # ----- worker signals ---------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""`hyflash` command line: generate and chat here; serve, the benchmarks, download, doctor and
-the drafter's data and training commands come from their own modules."""
+"""`hyflash` command line: generate and chat here; serve, the benchmarks, download, doctor, the
+drafter's data and training commands and speedup come from their own modules."""
 
 from __future__ import annotations
 
@@ -127,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.downloads import add_download_parser
     from engine.hyflash.acceptance import add_acceptance_parser
     from engine.hyflash.commands import add_data_parser, add_train_parsers
+    from engine.hyflash.speedup import add_speedup_parser
     from engine.server.cli import add_serve_parser  # fastapi loads only when serving
 
     add_bench_parser(sub)
@@ -136,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_download_parser(sub)
     add_data_parser(sub)
     add_train_parsers(sub)
+    add_speedup_parser(sub)
     add_serve_parser(sub)
     return parser
 

@@ -17,18 +17,22 @@ def doctor_report(
     p = probe()
     choice = choose(p, backend)
     cache = _model_cache()
+    drafters = _user_drafters()
     kernels = kernel_report(model, choice.n_gpu_layers)
     if as_json:
         report = {
             "probe": p.to_dict(),
             "choice": choice.to_dict(),
             "model_cache": cache,
+            "drafters": drafters,
             "kernels": kernels,
         }
         return json.dumps(report, indent=2)
     rows = describe(p)
     n, size = len(cache["installed"]), sum(m["size_bytes"] for m in cache["installed"])
     rows.append(("Model cache", f"{cache['dir']} ({n} downloaded, {format_size(size)})"))
+    rows.append(("Drafters", f"{drafters['dir']} ({len(drafters['installed'])} installed)"))
+    rows += [("Installed drafter", _drafter_line(d)) for d in drafters["installed"]]
     rows += [
         (
             "Backend",
@@ -80,6 +84,20 @@ def _model_cache() -> dict:
     from engine.downloads import list_installed, models_dir
 
     return {"dir": str(models_dir()), "installed": [m.to_dict() for m in list_installed()]}
+
+
+def _user_drafters() -> dict:
+    from engine.user_drafters import drafters_dir, installed_drafters
+
+    return {"dir": str(drafters_dir()), "installed": [d.to_dict() for d in installed_drafters()]}
+
+
+def _drafter_line(d: dict) -> str:
+    """One installed drafter: its name, the GGUF its card pins, its held-out acceptance."""
+    line = f"{d['name']} for {d['target_name'] or '?'} (sha256 {d['target_sha256'][:12]}...)"
+    if d["tau"] is not None and d["ngram_tau"] is not None:
+        line += f", tau {d['tau']:.2f} vs n-gram {d['ngram_tau']:.2f} at B=16"
+    return line
 
 
 def add_doctor_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

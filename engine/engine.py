@@ -33,6 +33,7 @@ from engine.models import resolve_target
 from engine.paths import resources_dir
 from engine.speculative import generate_tokens
 from engine.target import LlamaTarget, default_threads
+from engine.user_drafters import find_drafter
 
 
 @dataclass(frozen=True)
@@ -52,24 +53,35 @@ class EngineInfo:
     verify_reason: str
 
 
-def hyflash_drafter_dir(model_id: str) -> Path:
-    """The folder of the HyFlash drafter shipped for a catalog model, or a clear error."""
+def hyflash_drafter_dir(model_id: str, model_path: Path | None = None) -> Path:
+    """The folder of a model's HyFlash drafter: the one shipped for a catalog model, else one
+    `hyflash speedup` installed for its GGUF (found by the catalog's pinned sha256 or by the
+    file at model_path), or a clear error."""
     entry = load_catalog().get(model_id)
+    if entry is not None and entry.drafter:
+        folder = resources_dir() / "drafters" / entry.drafter
+        if (folder / "card.json").exists():
+            return folder
+    pinned = entry.source.get("sha256") if entry is not None else None
+    if pinned or model_path is not None:
+        user = find_drafter(sha256=pinned, gguf=model_path)
+        if user is not None:
+            return user
     if entry is None or not entry.drafter:
-        raise DrafterMismatchError(f"No HyFlash drafter exists for the model '{model_id}'.")
-    folder = resources_dir() / "drafters" / entry.drafter
-    if not (folder / "card.json").exists():
         raise DrafterMismatchError(
-            f"The HyFlash drafter '{entry.drafter}' for '{model_id}' is not installed. "
-            "Choose the n-gram drafter or none."
+            f"No HyFlash drafter exists for the model '{model_id}' (`hyflash speedup --model "
+            f"{model_path or model_id}` trains one)."
         )
-    return folder
+    raise DrafterMismatchError(
+        f"The HyFlash drafter '{entry.drafter}' for '{model_id}' is not installed. "
+        "Choose the n-gram drafter or none."
+    )
 
 
-def hyflash_status(model_id: str) -> tuple[bool, str]:
-    """(available, why not) for the shipped HyFlash drafter of a model, without loading it."""
+def hyflash_status(model_id: str, model_path: Path | None = None) -> tuple[bool, str]:
+    """(available, why not) for the HyFlash drafter of a model, without loading it."""
     try:
-        hyflash_drafter_dir(model_id)
+        hyflash_drafter_dir(model_id, model_path)
     except DrafterMismatchError as exc:
         return False, str(exc)
     return True, ""
@@ -78,7 +90,8 @@ def hyflash_status(model_id: str) -> tuple[bool, str]:
 def make_drafter(
     spec: str, model_id: str, target: LlamaTarget, backend: BackendChoice | None = None
 ) -> Drafter:
-    """'none', 'ngram', 'hyflash' (the drafter shipped for this target), a drafter path, or
+    """'none', 'ngram', 'hyflash' (the drafter for this target: shipped, else installed by
+    `hyflash speedup`), a drafter path, or
     'hybrid:<one of those>' (n-gram lookup on a 3-token match, else that drafter). A learned
     drafter may name its weights: 'hyflash@int8' (fp32 | int8 | int4; default: the card's)."""
     if spec == "none":
@@ -90,7 +103,7 @@ def make_drafter(
 
         return HybridDrafter(make_drafter(spec.split(":", 1)[1], model_id, target, backend))
     spec, _, weights = spec.partition("@")
-    path = hyflash_drafter_dir(model_id) if spec == "hyflash" else Path(spec)
+    path = hyflash_drafter_dir(model_id, target.path) if spec == "hyflash" else Path(spec)
     if not path.exists():
         raise DrafterMismatchError(
             f"Unknown drafter '{spec}': use one of {', '.join(DRAFTER_CHOICES)} or a drafter folder"

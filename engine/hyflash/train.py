@@ -17,7 +17,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -258,8 +258,10 @@ def train(
     *,
     log=print,
     show_progress: bool = True,
+    on_step: Callable[[dict], None] | None = None,
 ) -> list[dict]:
-    """Train (resuming from out_dir/checkpoint.pt if present); return the loss history."""
+    """Train (resuming from out_dir/checkpoint.pt if present); return the loss history.
+    on_step receives each step's record (step, loss, ...) as it is made (progress reports)."""
     from tqdm import tqdm
 
     torch.set_num_threads(tcfg.threads)
@@ -306,6 +308,8 @@ def train(
         history.append(record)
         if rank == 0 and (step % tcfg.ckpt_every == 0 or step == tcfg.steps):
             _save(out_dir, model, opt, step, history)
+        if on_step is not None and rank == 0:
+            on_step(record)
     bar.close()
     if rank == 0:
         (out_dir / "train_config.json").write_text(json.dumps(asdict(tcfg), indent=2))
