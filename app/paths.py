@@ -9,9 +9,9 @@ from pathlib import Path
 import platformdirs
 
 from app import APP_NAME
+from engine import user_drafters
 
 CONFIG_ENV = "HYFLASH_CONFIG_DIR"
-DATA_ENV = "HYFLASH_DATA_DIR"
 
 
 def config_dir() -> Path:
@@ -22,8 +22,8 @@ def config_dir() -> Path:
 
 
 def data_dir() -> Path:
-    env = os.environ.get(DATA_ENV)
-    path = Path(env).expanduser() if env else Path(platformdirs.user_data_dir(APP_NAME, False))
+    """The engine's data folder ($HYFLASH_DATA_DIR): chats live beside installed drafters."""
+    path = user_drafters.data_dir()
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -23,7 +23,7 @@ from engine.drafters.hyflash_shared import CARD, CARD_FORMAT
 from engine.events import DrafterMismatchError
 from engine.kernels import _model_sha256
 
-DATA_ENV = "HYFLASH_DATA_DIR"  # the app's override too (app/paths.py)
+DATA_ENV = "HYFLASH_DATA_DIR"  # the app keeps its chats here too (app/paths.py)
 
 
 def data_dir() -> Path:
