@@ -288,6 +288,15 @@ def test_install_decision(policy, tau, installed, says):
     assert install == installed and says in reason
 
 
+@pytest.mark.parametrize(
+    "vocab, draft", [(49_152, 8_192), (151_936, 16_384), (262_144, 16_384), (5_000, 5_000)]
+)
+def test_draft_vocabulary_is_sized_by_the_targets(vocab, draft):
+    from engine.hyflash.speedup_plan import draft_vocab_size
+
+    assert draft_vocab_size(vocab) == draft
+
+
 # ----- bad input: one clear error, nothing left behind -----------------------------------------
 
 

@@ -109,6 +109,7 @@ def _training(gguf: Path, threads: int) -> dict:
     answer-sized sequences: its set-up (target embedding and head from the GGUF) and step."""
     from engine.drafters.hyflash_shared import DrafterConfig, GGUFIndex
     from engine.hyflash.model import HyFlashModel
+    from engine.hyflash.speedup_plan import draft_vocab_size
     from engine.hyflash.train import Sequences, train
     from engine.hyflash.train_config import TrainConfig
 
@@ -120,7 +121,7 @@ def _training(gguf: Path, threads: int) -> dict:
         vocab_size=vocab,
         block_size=16,
         causal_slots=True,
-        draft_vocab_size=min(DrafterConfig.draft_vocab_size, vocab),
+        draft_vocab_size=draft_vocab_size(vocab),
     )
     draft_ids = np.arange(cfg.draft_vocab_size, dtype=np.int64)
     model, setup_s = _timed(lambda: HyFlashModel.from_gguf(cfg, gguf, draft_ids))

@@ -12,11 +12,18 @@ import shutil
 from pathlib import Path
 
 from engine.hyflash.speedup_job import MAX_LEN, Job, rows, write_json
-from engine.hyflash.speedup_plan import BLOCK, SpeedupError, expected_speedup, install_decision
+from engine.hyflash.speedup_plan import (
+    BLOCK,
+    SpeedupError,
+    draft_vocab_size,
+    expected_speedup,
+    install_decision,
+)
 from engine.user_drafters import install_drafter, slug
 
 # the shipped recipe (scripts/v4_baselines.sh) beside `hyflash train`'s defaults: d=384,
-# 1 layer, window 64, Mamba-2 memory, 8,192-token draft vocabulary
+# 1 layer, window 64, Mamba-2 memory; the draft vocabulary sized by the target's
+# (speedup_plan.draft_vocab_size)
 RECIPE = ("--causal-slots", "--copy-trust", "0.2", "--block-size", str(BLOCK))
 MAX_PROMPT_TOKENS = 512  # as `hyflash data generate`
 CONVERSATION_TOKENS = 384  # `hyflash data conversations --max-tokens`
@@ -165,8 +172,10 @@ class Pipeline:
         return resolve_source(side, self.calib["torch"]["dtype"], self.calib["torch"]["device"])
 
     def _corpora(self) -> list[tuple[Path, int | None, bool]]:
-        """(file, first N sequences, with target labels) as `hyflash train` reads them."""
-        corpora = [(self.job.answers, self.budget.answers, False)]
+        """(file, first N sequences or all, with target labels) as `hyflash train` reads
+        them: every answer of the corpus, which holds at least the budget's (more where
+        --corpus brought them: they cost features and steps' variety, not generation)."""
+        corpora = [(self.job.answers, None, False)]
         if rows(self.job.conversations):
             corpora.append((self.job.conversations, None, True))
         return corpora
@@ -200,15 +209,17 @@ class Pipeline:
         return {"source": source, "sequences": total}
 
     def train(self) -> dict:
+        from engine.drafters.hyflash_shared import GGUFIndex
         from engine.hyflash.commands import cmd_train
 
+        with GGUFIndex(self.gguf) as index:
+            vocab, _ = index.embedding_shape()
         side = self.choice["features"]
         torch_side = self.calib["torch"]
         device = torch_side["device"] if torch_side["device"] in ("cpu", "cuda") else "auto"
         options = dict(
             model=self.gguf,
             corpus=self.job.answers,
-            max_answers=self.budget.answers,
             out=self.job.run_dir,
             steps=self.budget.steps,
             eval_every=self.budget.eval_every,
@@ -217,6 +228,7 @@ class Pipeline:
             feature_source=side,
             torch_dtype=torch_side["dtype"],
             torch_device=device,
+            draft_vocab=draft_vocab_size(vocab),
         )
         if len(self._corpora()) > 1:
             options["extra_corpus"] = self.job.conversations
