@@ -4,7 +4,8 @@
 # ShareGPT conversations it lacks), kept in its job folder (--install never), then copied into
 # resources/drafters/ under the catalog's drafter name. Resumable: rerun after a kill (the job
 # folder keeps finished stages; a fresh machine recomputes features and training).
-#   job events (JSON lines):  runs/speedup-<model>/<budget>.jsonl
+#   job events (JSON lines):  runs/speedup-<model>-<budget>.jsonl (beside the job folder,
+#                             which must hold the job alone)
 #   its result and the walk:  docs/bench/qwen-coder/speedup-<budget>/
 # Usage: [BUDGET=standard] [THREADS=2] scripts/qwen_drafter.sh
 set -euo pipefail
@@ -14,15 +15,16 @@ budget=${BUDGET:-standard}
 job=runs/speedup-$M
 dest=resources/drafters/hyflash-qwen2.5-coder-0.5b
 bench=docs/bench/qwen-coder/speedup-$budget
-mkdir -p "$job" "$bench"
+events=$job-$budget.jsonl
+mkdir -p runs "$bench"
 .venv/bin/hyflash speedup --model $M --budget "$budget" --corpus "data/distill/$M" \
-  --out "$job" --install never --threads "${THREADS:-2}" --json | tee -a "$job/$budget.jsonl" |
+  --out "$job" --install never --threads "${THREADS:-2}" --json | tee -a "$events" |
   grep -v '"event": "progress"' || true
-tail -n 1 "$job/$budget.jsonl" | grep -q '"event": "result"' || {
+tail -n 1 "$events" | grep -q '"event": "result"' || {
   echo "the job did not finish: rerun $0 to resume it" >&2
   exit 1
 }
-tail -n 1 "$job/$budget.jsonl" >"$bench/result.json"
+tail -n 1 "$events" >"$bench/result.json"
 cp "$job/$budget/validate.json" "$bench/validate.json"
 rm -rf "$dest.partial"
 cp -r "$job/$budget/drafter" "$dest.partial"

@@ -196,9 +196,7 @@ def _features_s(rates: dict, tokens: float) -> float:
 def _volumes(budget: Budget, have: Corpus) -> tuple[int, float, float]:
     """(answers to generate, tokens per answer, tokens to compute features of)."""
     answer = budget.answer_tokens * ANSWER_FILL
-    # training reads every answer the corpus holds (--corpus may bring more than the budget's)
-    answers = max(budget.answers, have.answers)
-    tokens = answers * (PROMPT_TOKENS + answer) + budget.conversations * CONVERSATION_TOKENS
+    tokens = budget.answers * (PROMPT_TOKENS + answer) + budget.conversations * CONVERSATION_TOKENS
     return max(0, budget.answers - have.answers), answer, tokens
 
 

@@ -172,10 +172,9 @@ class Pipeline:
         return resolve_source(side, self.calib["torch"]["dtype"], self.calib["torch"]["device"])
 
     def _corpora(self) -> list[tuple[Path, int | None, bool]]:
-        """(file, first N sequences or all, with target labels) as `hyflash train` reads
-        them: every answer of the corpus, which holds at least the budget's (more where
-        --corpus brought them: they cost features and steps' variety, not generation)."""
-        corpora = [(self.job.answers, None, False)]
+        """(file, first N sequences, with target labels) as `hyflash train` reads them: the
+        budget's answers (a --corpus may hold more; its first N, in the prompt mix's order)."""
+        corpora = [(self.job.answers, self.budget.answers, False)]
         if rows(self.job.conversations):
             corpora.append((self.job.conversations, None, True))
         return corpora
@@ -220,6 +219,7 @@ class Pipeline:
         options = dict(
             model=self.gguf,
             corpus=self.job.answers,
+            max_answers=self.budget.answers,
             out=self.job.run_dir,
             steps=self.budget.steps,
             eval_every=self.budget.eval_every,
