@@ -163,21 +163,31 @@ def test_download_progress_cancel_resume_use_delete(qtbot, hub, manager):
     assert manager.status_of(MODEL_ID) == "Available" and "freed" in manager.message.text()
 
 
-CODER = "qwen2.5-coder-0.5b-instruct"  # installed by bootstrap.py dev, ships no drafter
+def _downloaded(qtbot, manager, model_id: str) -> None:
+    """A Hub model downloaded from the stand-in Hub: installed, and no drafter ships for it."""
+    manager.start_download(model_id)
+    qtbot.waitUntil(lambda: manager.status_of(model_id) == "Installed", timeout=30000)
+    assert not load_catalog()[model_id].drafter
 
 
-def test_speed_up_button_on_installed_models_without_a_drafter(qtbot, manager, monkeypatch):
+def test_speed_up_button_on_installed_models_without_a_drafter(qtbot, hub, manager, monkeypatch):
     from app import model_manager, speedup_dialog
     from app.speedup_dialog import SpeedupDialog
 
     offered = {m for m, row in manager.rows.items() if row.speedup.isVisibleTo(manager)}
-    assert CODER in offered and default_target_id() not in offered  # it ships a drafter
     assert MODEL_ID not in offered  # not downloaded
-    button = manager.rows[CODER].speedup
+    assert default_target_id() not in offered and "qwen2.5-coder-0.5b-instruct" not in offered
+    _downloaded(qtbot, manager, MODEL_ID)
+    offered = {m for m, row in manager.rows.items() if row.speedup.isVisibleTo(manager)}
+    assert MODEL_ID in offered
+    assert all(not load_catalog()[m].drafter for m in offered)  # the shipped ones are not
+    button = manager.rows[MODEL_ID].speedup
     assert button.text() == "Speed up this model…"
 
     # a job that stopped midway (app.speedup_job.unfinished_job reads its folder)
-    monkeypatch.setattr(model_manager, "unfinished_job", lambda m: "quick" if m == CODER else None)
+    monkeypatch.setattr(
+        model_manager, "unfinished_job", lambda m: "quick" if m == MODEL_ID else None
+    )
     manager.refresh()
     assert button.text() == "Resume speed-up…"
 
@@ -185,23 +195,24 @@ def test_speed_up_button_on_installed_models_without_a_drafter(qtbot, manager, m
     monkeypatch.setattr(speedup_dialog, "train_extra_missing", lambda: "Install the extra.")
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
     dialog = manager.findChild(SpeedupDialog)
-    assert dialog is not None and dialog.isVisible() and dialog.model_id == CODER
+    assert dialog is not None and dialog.isVisible() and dialog.model_id == MODEL_ID
     assert dialog.message.text() == "Install the extra."
     dialog.close()
     assert not dialog.isVisible()
 
 
-def test_a_drafter_trained_here_shows_in_the_drafter_column(manager, tmp_path):
+def test_a_drafter_trained_here_shows_in_the_drafter_column(qtbot, hub, manager, tmp_path):
     """What `hyflash speedup` installs: a drafter folder in the data dir whose card pins the
-    GGUF's sha256 (engine.user_drafters), found without loading anything."""
+    GGUF's sha256 (engine.user_drafters), found without loading the model."""
     import json
 
-    sha = load_catalog()[CODER].source["sha256"]
-    folder = tmp_path / "data" / "drafters" / "hyflash-qwen-coder"
+    _downloaded(qtbot, manager, MODEL_ID)
+    folder = tmp_path / "data" / "drafters" / "hyflash-llama"
     folder.mkdir(parents=True)
-    card = {"format": "hyflash-drafter", "name": folder.name, "target": {"gguf_sha256": sha}}
+    target = {"gguf_sha256": hashlib.sha256(DATA).hexdigest(), "file_size": len(DATA)}
+    card = {"format": "hyflash-drafter", "name": folder.name, "target": target}
     (folder / "card.json").write_text(json.dumps(card))
-    assert manager.drafter_of(CODER) == "n-gram"
+    assert manager.drafter_of(MODEL_ID) == "n-gram"
     manager.refresh()  # as after the speed-up dialog closes
-    assert manager.drafter_of(CODER) == "HyFlash"
-    assert not manager.rows[CODER].speedup.isVisibleTo(manager)
+    assert manager.drafter_of(MODEL_ID) == "HyFlash"
+    assert not manager.rows[MODEL_ID].speedup.isVisibleTo(manager)

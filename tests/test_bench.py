@@ -72,7 +72,11 @@ def test_bench_quick_on_held_out_sets(tmp_path, capsys):
     assert block8["projected_drafter_free"] > block8["measured"]  # T(8)/T(1) 1.85 vs ~5 here
     assert block8["projected"] is None  # another model's curve: the drafter is not counted
     assert sum(summary["hyflash:8"]["blocks"].values()) > 0
+    for s in summary.values():  # each set's block-size histogram adds up to the whole run's
+        by_set = [p["blocks"] for p in s["per_set"].values()]
+        assert sum(sum(b.values()) for b in by_set) == sum(s["blocks"].values()), s["key"]
     assert "Projection onto a CUDA GPU" in out
+    assert "Block size auto: target decodes by block size (B:count), per set:" in out
 
 
 def test_bench_with_sampling_reports_tau_without_identity_claim(tmp_path, capsys):

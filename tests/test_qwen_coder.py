@@ -2,10 +2,13 @@
 qwen2.5-coder-0.5b-instruct), six PyPI chunk packages assembled into the model cache. Its
 tensors mix Q5_0 / Q8_0 with K-quants (Q4_K, Q6_K), so its CPU rows stop being exact at some
 batch size: in exact mode greedy speculative output must still equal plain decoding at every
-block size, with its chat template and stop tokens. Kept to a few prompts: a decode costs ~3x
-SmolLM2's."""
+block size, with its chat template and stop tokens, for n-gram lookup and for the HyFlash
+drafter shipped for it (made by `hyflash speedup`, its card pinned to the assembled file).
+Kept to a few prompts: a decode costs ~3x SmolLM2's."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from test_lossless import run
@@ -17,6 +20,7 @@ from engine.paths import resources_dir
 from engine.pypi_models import assembled_model, assembled_path
 
 CODER = "qwen2.5-coder-0.5b-instruct"
+DRAFTER = "hyflash-qwen2.5-coder-0.5b"  # made by scripts/qwen_drafter.sh (hyflash speedup)
 MAX_TOKENS = 64
 PROMPTS = [
     "Write a Python function that returns the n-th Fibonacci number, with a docstring.",
@@ -72,6 +76,48 @@ def test_coder_greedy_equals_plain_in_exact_mode(coder, plain, block_size):
         proposed += sum(out.stats.slot_propose_counts)
     if block_size != 1:
         assert proposed > 20  # drafts really were verified (chunked past the exact B)
+
+
+def test_shipped_drafter_card_pins_the_assembled_file(coder):
+    entry = load_catalog()[CODER]
+    assert entry.drafter == DRAFTER
+    folder = resources_dir() / "drafters" / DRAFTER
+    card = json.loads((folder / "card.json").read_text())
+    path = coder.model_path
+    assert card["name"] == DRAFTER and card["target"]["vocab_size"] == 151_936
+    assert card["target"]["gguf_sha256"] == entry.source["sha256"]
+    assert (
+        card["target"]["gguf_sha256"] == path.with_name(path.name + ".sha256").read_text().strip()
+    )
+    # `hyflash speedup` validated it on the held-out answers: it beats n-gram lookup at B=16
+    check = card["validation"]
+    assert check["block"] == 16 and check["tau"] > check["ngram_tau"] > 1.0
+    size = sum(f.stat().st_size for f in folder.iterdir())
+    assert size < 64 * 2**20, f"{size / 2**20:.1f} MiB: keep the shipped drafter small"
+
+
+@pytest.mark.parametrize("block_size", [4, 16, "auto"])
+def test_shipped_drafter_greedy_equals_plain_in_exact_mode(coder, plain, block_size):
+    coder.set_drafter("hyflash")
+    coder.set_verify_mode("auto")
+    if block_size == "auto":  # a GPU-like cost curve, so auto verifies large blocks too
+        coder.chooser = BlockSizeChooser(CostModel({1: 0.010, 16: 0.011}, ema=0.0), 16)
+    try:
+        assert coder.drafter.name == "hyflash"
+        accepted = proposed = 0
+        for prompt, ref in plain.items():
+            out = run(coder, prompt, block_size=block_size, max_tokens=MAX_TOKENS)
+            assert out.token_ids == ref.token_ids, f"block {block_size}: {prompt!r}"
+            assert out.stats.verify_mode == "exact"
+            accepted += sum(out.stats.slot_accept_counts)
+            proposed += sum(out.stats.slot_propose_counts)
+        # its drafts were really verified; at fixed blocks some were accepted (auto verifies
+        # few here: on these short code answers most proposals fail, so it rarely drafts)
+        assert proposed > 10
+        if block_size != "auto":
+            assert accepted > 40
+    finally:
+        coder.set_drafter("ngram")
 
 
 def test_a_drafter_made_for_another_target_is_refused(coder):

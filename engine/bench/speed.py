@@ -363,6 +363,8 @@ def summary_row(
                 "tau": totals[(key, s)].tau,
                 "speedup_ci": speedup_interval([r for r in per_prompt if r["set"] == s], key),
                 "speedup": totals[(key, s)].tokens_per_s / totals[("none:1", s)].tokens_per_s,
+                # target decodes by block size verified: where block size auto drafted
+                "blocks": dict(sorted(totals[(key, s)].blocks.items())),
             }
             for s in sets
         },
@@ -412,6 +414,16 @@ def to_markdown(result: dict) -> str:
                 )
                 + " |"
             )
+        auto = [s for s in result["summary"] if s["key"].endswith(":auto")]
+        if auto:
+            lines += ["", "Block size auto: target decodes by block size (B:count), per set:", ""]
+            lines += ["| config | " + " | ".join(sets) + " |", "|---|" + "---|" * len(sets)]
+            for s in auto:
+                lines.append(
+                    f"| {s['config']} | "
+                    + " | ".join(_histogram(s["per_set"][n].get("blocks", {})) for n in sets)
+                    + " |"
+                )
     lines += ["", "Cost curve (time of a B-token decode over a 1-token decode):", ""]
     sizes = list(result["cost_ratio"])
     lines.append("| B | " + " | ".join(str(n) for n in sizes) + " |")
@@ -432,6 +444,10 @@ def to_markdown(result: dict) -> str:
     if result.get("projection"):
         lines += ["", projection_markdown(result["projection"])]
     return "\n".join(lines)
+
+
+def _histogram(blocks: dict) -> str:
+    return " ".join(f"{b}:{n}" for b, n in sorted(blocks.items(), key=lambda x: int(x[0])))
 
 
 def _interval(ci: list[float] | None) -> str:

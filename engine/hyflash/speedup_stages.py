@@ -302,9 +302,15 @@ class Pipeline:
             "expected_speedup": speedup,
             "budget": self.budget.name,
         }
+        # the walk as its own command reproduces it (sys.argv here is speedup's)
+        command = (
+            f"hyflash acceptance --model {self.gguf} --answers {self.job.heldout} "
+            f"--drafter ngram --drafter hyflash={self.job.drafter_dir} --blocks {BLOCK} "
+            f"--threads {self.args.threads}"
+        )
         write_json(
             self.job.budget_dir / "validate.json",
-            walked | {"verify_cost_s": costs, "expected_speedup": speedup},
+            walked | {"command": command, "verify_cost_s": costs, "expected_speedup": speedup},
         )
         card_path = self.job.drafter_dir / "card.json"
         card = json.loads(card_path.read_text(encoding="utf-8"))
