@@ -62,18 +62,26 @@ def test_answers_end_on_the_chat_templates_stop_token(plain):
     assert "def fib" in plain[PROMPTS[0]].text or "def fibonacci" in plain[PROMPTS[0]].text
 
 
-@pytest.mark.parametrize("block_size", [1, 4, 8, 16, "auto"])
-def test_coder_greedy_equals_plain_in_exact_mode(coder, plain, block_size):
-    coder.set_drafter("ngram")
+def _greedy_equals_plain(coder, plain, block_size) -> tuple[int, int]:
+    """Every prompt's output at this block size equals plain decoding, verified in exact mode;
+    (drafts accepted, drafts verified) over the prompts."""
     coder.set_verify_mode("auto")
     if block_size == "auto":  # a GPU-like cost curve, so auto verifies large blocks too
         coder.chooser = BlockSizeChooser(CostModel({1: 0.010, 16: 0.011}, ema=0.0), 16)
-    proposed = 0
+    accepted = proposed = 0
     for prompt, ref in plain.items():
         out = run(coder, prompt, block_size=block_size, max_tokens=MAX_TOKENS)
         assert out.token_ids == ref.token_ids, f"block {block_size}: {prompt!r}"
         assert out.stats.verify_mode == "exact"
+        accepted += sum(out.stats.slot_accept_counts)
         proposed += sum(out.stats.slot_propose_counts)
+    return accepted, proposed
+
+
+@pytest.mark.parametrize("block_size", [1, 4, 8, 16, "auto"])
+def test_coder_greedy_equals_plain_in_exact_mode(coder, plain, block_size):
+    coder.set_drafter("ngram")
+    _, proposed = _greedy_equals_plain(coder, plain, block_size)
     if block_size != 1:
         assert proposed > 20  # drafts really were verified (chunked past the exact B)
 
@@ -99,18 +107,9 @@ def test_shipped_drafter_card_pins_the_assembled_file(coder):
 @pytest.mark.parametrize("block_size", [4, 16, "auto"])
 def test_shipped_drafter_greedy_equals_plain_in_exact_mode(coder, plain, block_size):
     coder.set_drafter("hyflash")
-    coder.set_verify_mode("auto")
-    if block_size == "auto":  # a GPU-like cost curve, so auto verifies large blocks too
-        coder.chooser = BlockSizeChooser(CostModel({1: 0.010, 16: 0.011}, ema=0.0), 16)
     try:
         assert coder.drafter.name == "hyflash"
-        accepted = proposed = 0
-        for prompt, ref in plain.items():
-            out = run(coder, prompt, block_size=block_size, max_tokens=MAX_TOKENS)
-            assert out.token_ids == ref.token_ids, f"block {block_size}: {prompt!r}"
-            assert out.stats.verify_mode == "exact"
-            accepted += sum(out.stats.slot_accept_counts)
-            proposed += sum(out.stats.slot_propose_counts)
+        accepted, proposed = _greedy_equals_plain(coder, plain, block_size)
         # its drafts were really verified; at fixed blocks some were accepted (auto verifies
         # few here: on these short code answers most proposals fail, so it rarely drafts)
         assert proposed > 10
