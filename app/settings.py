@@ -14,12 +14,15 @@ from pathlib import Path
 
 from app.paths import config_dir, move_aside
 from engine.backends import BACKEND_NAMES
+from engine.blocksize import DEFAULT_MAX_BLOCK
 from engine.drafters import DRAFTER_CHOICES
 from engine.events import DEFAULT_N_CTX, GenerationSettings
-from engine.sampling import check_sampling
 
 SETTINGS_FILE = "settings.json"
-MAX_UI_BLOCK = 16  # the dialog offers auto, 1 (off) and 2..16
+# The dialog offers auto, 1 (off) and 2..16, narrower than GenerationSettings' 1..32: the
+# engine the app loads sizes its verify plan and auto chooser for DEFAULT_MAX_BLOCK.
+MAX_UI_BLOCK = DEFAULT_MAX_BLOCK
+MAX_UI_TOKENS = 32768  # the dialog's largest max tokens per answer
 # The engine lists its drafters simplest first; the app offers the best first.
 DRAFTERS = tuple(reversed(DRAFTER_CHOICES))
 DRAFTER_LABELS = {"hyflash": "HyFlash (learned)", "ngram": "N-gram lookup", "none": "None"}
@@ -81,32 +84,33 @@ class AppSettings:
         return asdict(self)
 
 
-def _sampling_problem(name: str, value: float) -> str | None:
-    """The engine's own message when `value` for temperature or top_p is one no sampler can
-    honour (the other field at its default, so each is judged alone)."""
-    defaults = AppSettings()
-    temperature = value if name == "temperature" else defaults.temperature
-    top_p = value if name == "top_p" else defaults.top_p
+# Fields of GenerationSettings the app keeps: their check is GenerationSettings' own.
+GENERATION_FIELDS = ("block_size", "temperature", "top_p", "max_tokens")
+
+
+def _generation_problem(name: str, value: object) -> str | None:
+    """GenerationSettings' message when it refuses `value` for `name` (the other fields at
+    their defaults, so each is judged alone), else the app's narrower range's."""
     try:
-        check_sampling(temperature, top_p, 0)
+        GenerationSettings(**{name: value})
     except ValueError as exc:
         return str(exc)
+    if name == "block_size" and value != "auto" and value > MAX_UI_BLOCK:
+        return f"block size must be 'auto' or 1..{MAX_UI_BLOCK} in the app, not {value!r}"
+    if name == "temperature" and value > MAX_TEMPERATURE:
+        return f"temperature must be at most {MAX_TEMPERATURE}, not {value!r}"
+    if name == "max_tokens" and value > MAX_UI_TOKENS:
+        return f"max tokens must be at most {MAX_UI_TOKENS} in the app, not {value!r}"
     return None
 
 
 def _problem(name: str, value: object) -> str | None:
     """Why `value` is not acceptable for the field `name` (types and ranges), or None."""
+    if name in GENERATION_FIELDS:
+        return _generation_problem(name, value)
     is_int = isinstance(value, int) and not isinstance(value, bool)
-    is_num = is_int or isinstance(value, float)
-    if name in ("temperature", "top_p") and is_num:
-        why = _sampling_problem(name, value)
-        if why is None and name == "temperature" and value > MAX_TEMPERATURE:
-            why = f"temperature must be at most {MAX_TEMPERATURE}, not {value}"
-        return why
     checks = {
-        "block_size": value == "auto" or (is_int and 1 <= value <= MAX_UI_BLOCK),
         "drafter": value in DRAFTERS,
-        "max_tokens": is_int and 1 <= value <= 32768,
         "n_ctx": is_int and 256 <= value <= 131072,
         "n_threads": is_int and 0 <= value <= 256,
         "backend": value in BACKENDS,

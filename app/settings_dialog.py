@@ -28,6 +28,7 @@ from app.settings import (
     EXTRA_BUFTS,
     MAX_TEMPERATURE,
     MAX_UI_BLOCK,
+    MAX_UI_TOKENS,
     MIN_UI_TOP_P,
     THEMES,
     VERIFY_MODES,
@@ -135,13 +136,13 @@ class SettingsDialog(QDialog):
             self.drafter.setItemText(DRAFTERS.index("hyflash"), "HyFlash (not installed)")
         self.drafter.setToolTip("Switching drafters does not reload the model")
         form.addRow("Drafter", self.drafter)
-        # The ranges keep every value engine.sampling.check_sampling accepts, and only those.
+        # The ranges keep values GenerationSettings accepts (engine.events), and only those.
         self.temperature = _double_spin(0.0, MAX_TEMPERATURE, 0.1)
         self.temperature.setToolTip("0 = greedy (always the most likely token)")
         form.addRow("Temperature", self.temperature)
         self.top_p = _double_spin(MIN_UI_TOP_P, 1.0, 0.05)
         form.addRow("Top-p", self.top_p)
-        self.max_tokens = _spin(1, 32768, 64)
+        self.max_tokens = _spin(1, MAX_UI_TOKENS, 64)
         form.addRow("Max tokens per answer", self.max_tokens)
         return gen
 

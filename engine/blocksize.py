@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-MAX_BLOCK_SIZE = 32
+from engine.events import MAX_BLOCK_SIZE  # the settings' range (GenerationSettings) owns it
+
 DEFAULT_MAX_BLOCK = 16  # the largest block the engine verifies unless told otherwise
 PROFILE_SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
 EXPLORE_EVERY = 32  # steps between drafter calls even when drafting does not seem to pay

@@ -7,10 +7,14 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from engine.blocksize import MAX_BLOCK_SIZE
-from engine.events import DEFAULT_N_CTX, DrafterMismatchError, EngineError, GenerationSettings
+from engine.events import (
+    DEFAULT_N_CTX,
+    MAX_BLOCK_SIZE,
+    DrafterMismatchError,
+    EngineError,
+    GenerationSettings,
+)
 from engine.kernels import add_kernel_args, kernel_kwargs
-from engine.sampling import check_sampling
 
 if TYPE_CHECKING:
     from engine.engine import Engine
@@ -61,22 +65,19 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 def generation_settings(args: argparse.Namespace) -> GenerationSettings:
     """The options of add_sampling_args as engine settings. Values no generation can use
-    raise EngineError (the CLI prints it), before a model is loaded for nothing."""
-    from engine.speculative import validate_block_size  # loads llama.cpp: only when generating
-
+    raise EngineError with GenerationSettings' message (the CLI prints it), before a model is
+    loaded for nothing."""
     try:
-        validate_block_size(args.block_size)
-        check_sampling(args.temperature, args.top_p, args.top_k)
+        return GenerationSettings(
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            seed=args.seed,
+            block_size=args.block_size,
+        )
     except ValueError as exc:
         raise EngineError(str(exc)) from None
-    return GenerationSettings(
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        seed=args.seed,
-        block_size=args.block_size,
-    )
 
 
 def load_engine(args: argparse.Namespace) -> Engine:

@@ -4,7 +4,9 @@ compare batched rows with single-token decodes bit for bit.
     python -m engine.kernel_probe MODEL --out FILE --extra-bufts on|off [--threads N] ...
 
 Writes one JSON line per step to FILE (the parent kills a child that stops writing), the last
-one {"step": "done", "exact_upto": B, ...}. A crash here is the finding, not a bug to hide.
+one {"step": "done", "exact_upto": B, ...}, or {"step": "error", "kind": K, "message": M} and
+exit status 1 for an error: kind "load" when llama.cpp would not load the model file, "error"
+otherwise; M is one line, never a traceback. A crash here is the finding, not a bug to hide.
 """
 
 from __future__ import annotations
@@ -94,6 +96,19 @@ def main(argv: list[str] | None = None) -> int:
         out.flush()
 
     write("start")
+    try:
+        _check(args, write)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent as a kind and one line
+        from engine.events import ModelFileError
+
+        kind = "load" if isinstance(exc, ModelFileError) else "error"
+        message = str(exc) if kind == "load" else f"{type(exc).__name__}: {exc}"
+        write("error", kind=kind, message=" ".join(message.split()))
+        return 1
+    return 0
+
+
+def _check(args: argparse.Namespace, write: Callable[..., None]) -> None:
     from engine.kernels import KernelConfig
     from engine.target import LlamaTarget
 
@@ -128,7 +143,6 @@ def main(argv: list[str] | None = None) -> int:
             max_abs_diff=diff,
             decode_ms=times,
         )
-    return 0
 
 
 if __name__ == "__main__":

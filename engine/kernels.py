@@ -39,7 +39,7 @@ ENV_EXTRA_BUFTS = "HYFLASH_EXTRA_BUFTS"  # on | off: force extra buffer types ei
 ENV_VERIFY = "HYFLASH_VERIFY"  # auto | exact | fast
 ENV_CHECK = "HYFLASH_KERNEL_CHECK"  # off: no child check (exactness then unknown)
 VERIFY_MODES = ("auto", "exact", "fast")
-MAX_CHECK_ROWS = 32  # the engine never verifies more (blocksize.MAX_BLOCK_SIZE)
+MAX_CHECK_ROWS = 32  # the engine never verifies more (events.MAX_BLOCK_SIZE)
 EXACT_MODE_MIN_ROWS = 4  # below this, chunked verification would cost most of the gain
 CHECK_FORMAT = 1  # bump when what the check measures changes: old verdicts are then ignored
 # Environment that changes which CPU kernels run, so it is part of the verdict's key.
@@ -65,7 +65,10 @@ class CheckResult:
     checked_rows: int = 0  # the largest B compared
     max_abs_diff: float | None = None  # at the first B whose rows differ
     decode_ms: dict[int, float] = field(default_factory=dict)  # T(n), median
-    detail: str = ""  # signal, error or stall description
+    detail: str = ""  # signal, error or stall description: one line
+    # for "fails", what the child reported (kernel_probe's error kinds): "load" (llama.cpp
+    # would not load the model file), "error" (anything else); "" when it reported nothing
+    kind: str = ""
 
     @property
     def works(self) -> bool:
@@ -100,6 +103,7 @@ class CheckResult:
             max_abs_diff=d.get("max_abs_diff"),
             decode_ms={int(k): float(v) for k, v in d.get("decode_ms", {}).items()},
             detail=str(d.get("detail", "")),
+            kind=str(d.get("kind", "")),
         )
 
 
@@ -215,7 +219,9 @@ def run_check(
             proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err_file)
             hung = _wait_while_progressing(proc, out, stall_s, load_s)
         steps = _read_steps(out)
-        stderr_tail = err.read_text(encoding="utf-8", errors="replace").strip()[-600:]
+        stderr = err.read_text(encoding="utf-8", errors="replace").strip()
+    # a traceback's last line names the error; the rest is no use to a person
+    stderr_tail = stderr.splitlines()[-1][-300:] if stderr else ""
     if hung:
         last = steps[-1]["step"] if steps else "start"
         return CheckResult(config, "hangs", detail=f"no progress for {hung:.0f} s after '{last}'")
@@ -228,6 +234,11 @@ def run_check(
         where = steps[-1]["step"] if steps else "start"
         return CheckResult(config, "dies", detail=f"{name} after '{where}'")
     done = next((s for s in steps if s.get("step") == "done"), None)
+    error = next((s for s in steps if s.get("step") == "error"), None)
+    if error is not None:
+        return CheckResult(
+            config, "fails", detail=str(error.get("message", "")), kind=str(error.get("kind", ""))
+        )
     if rc != 0 or done is None:
         return CheckResult(config, "fails", detail=f"exit {rc}: {stderr_tail or 'no output'}")
     return CheckResult(
@@ -391,7 +402,8 @@ def decide(
 ) -> KernelVerdict:
     """The configuration to load `model_path` with on this machine (checked once, then cached).
     extra_bufts forces that setting (as HYFLASH_EXTRA_BUFTS does); the check still runs to
-    learn how exact it is. Raises ModelLoadError when llama.cpp works in no configuration."""
+    learn how exact it is. Raises ModelLoadError, in one line, for a damaged file (before any
+    check), a file llama.cpp loads in no configuration, or when it works in none here."""
     path = Path(model_path)
     forced, why = forced_config(extra_bufts)
     if not check_enabled():
@@ -404,6 +416,9 @@ def decide(
         pick = choose([known[c] for c in candidates if c in known])
         if pick is not None:
             return KernelVerdict(pick.config, pick.exact_upto, cached.results, why, True)
+    from engine.models import check_gguf_data
+
+    check_gguf_data(path)  # a damaged file is named as such, not blamed on the machine
     if progress is not None:
         progress("checking this CPU's llama.cpp kernels (once per model)")
     results: list[CheckResult] = []
@@ -420,6 +435,8 @@ def decide(
         if result.works and result.exact_upto >= result.checked_rows:
             break  # exact at every block size: nothing to gain from checking further
     pick = choose(results)
+    if pick is None and all(r.kind == "load" for r in results):
+        raise ModelLoadError(results[0].detail)  # the file, whatever the kernels
     if pick is None:
         raise ModelLoadError(
             f"llama.cpp cannot run {path.name} on this machine: "

@@ -3,11 +3,12 @@ assembled from chunk packages, or a Hub download in the model cache), or a GGUF 
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 from engine.catalog import default_target_id, load_catalog
 from engine.downloads import cached_model_path, models_dir
-from engine.events import ModelLoadError
+from engine.events import ModelFileError, ModelLoadError
 from engine.pypi_models import assembled_model, distribution_file
 
 GGUF_MAGIC = b"GGUF"
@@ -22,7 +23,32 @@ def check_gguf(path: Path) -> None:
     with path.open("rb") as f:
         magic = f.read(4)
     if magic != GGUF_MAGIC:
-        raise ModelLoadError(f"Not a GGUF model file (bad header): {path}")
+        raise ModelFileError(f"Not a GGUF model file (bad header): {path}")
+
+
+def check_gguf_data(path: Path) -> None:
+    """A file whose GGUF header reads and whose tensor data fits in it, else ModelFileError
+    naming it as damaged, in one line: run before llama.cpp's kernel check tries the file,
+    whose failure would otherwise blame the machine."""
+    from engine.drafters.hyflash_shared import GGUFIndex  # gguf + numpy: only when checking
+    from engine.units import format_size
+
+    size = path.stat().st_size
+    again = "a truncated download? Download or copy it again."
+    try:
+        with GGUFIndex(path) as index:
+            end = index.data_end()
+    except (struct.error, IndexError, OverflowError, MemoryError):
+        raise ModelFileError(
+            f"{path.name} is a damaged model file: its GGUF header is cut short or corrupt; {again}"
+        ) from None
+    except ValueError as exc:
+        raise ModelFileError(f"{path.name} is a damaged or unsupported model file: {exc}") from None
+    if end > size:
+        raise ModelFileError(
+            f"{path.name} is a damaged model file: it is cut short ({format_size(size)} of at "
+            f"least {format_size(end)}); {again}"
+        )
 
 
 def resolve_target(spec: str | Path | None = None) -> tuple[str, Path]:

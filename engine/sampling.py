@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.events import GenerationSettings
+
 
 @dataclass(frozen=True)
 class Warp:
@@ -26,13 +28,9 @@ class Warp:
 
 
 def check_sampling(temperature: float, top_p: float, top_k: int) -> None:
-    """Raise ValueError with a clear message for settings no sampler can honour."""
-    if not temperature >= 0.0:  # also refuses NaN
-        raise ValueError(f"temperature must be 0 (greedy) or more, not {temperature}")
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top-p must be above 0 and at most 1, not {top_p}")
-    if top_k < 0:
-        raise ValueError(f"top-k must be 0 (off) or more, not {top_k}")
+    """Raise ValueError with GenerationSettings' message for settings no sampler can honour
+    (for callers that check options before they build settings, e.g. engine/bench)."""
+    GenerationSettings(temperature=temperature, top_p=top_p, top_k=top_k)
 
 
 def warp_probs(logits: np.ndarray, warp: Warp) -> np.ndarray:

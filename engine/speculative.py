@@ -1,4 +1,4 @@
-"""The draft -> verify -> accept loop (DESIGN.md, "The decoding loop").
+"""The draft -> verify -> accept loop (README.md, "How it works").
 
 Invariant: the target's KV cache holds every committed token except the anchor (the last
 committed token). Each step decodes [anchor, d_1..d_k] in one batch, accepts a drafts, keeps
@@ -34,26 +34,10 @@ from engine.sampling import (
     Warp,
     accept_greedy,
     accept_sampling,
-    check_sampling,
     sample,
     warp_probs,
 )
 from engine.target import LlamaTarget
-
-
-def validate_block_size(block_size: int | str) -> int | None:
-    """None for auto; otherwise the fixed block size. Raises ValueError with a clear message."""
-    if block_size == "auto":
-        return None
-    try:
-        value = int(block_size)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"block size must be 'auto' or 1..{MAX_BLOCK_SIZE}, not {block_size!r}"
-        ) from None
-    if not 1 <= value <= MAX_BLOCK_SIZE:
-        raise ValueError(f"block size must be 'auto' or 1..{MAX_BLOCK_SIZE}, not {value}")
-    return value
 
 
 class _TextStream:
@@ -236,17 +220,11 @@ def _input_error(
     settings: GenerationSettings,
     chooser: BlockSizeChooser | None,
 ) -> ErrorEvent | None:
-    try:
-        fixed_block = validate_block_size(settings.block_size)
-        check_sampling(settings.temperature, settings.top_p, settings.top_k)
-    except ValueError as exc:
-        return ErrorEvent(str(exc), kind="input")
-    if fixed_block is None and chooser is None:
+    # the settings checked themselves when made (GenerationSettings)
+    if settings.fixed_block is None and chooser is None:
         return ErrorEvent("block size 'auto' needs a measured cost model", kind="input")
     if not prompt_tokens:
         return ErrorEvent("the prompt is empty", kind="input")
-    if settings.max_tokens < 1:
-        return ErrorEvent("max tokens must be at least 1", kind="input")
     if len(prompt_tokens) >= target.n_ctx:
         return ErrorEvent(
             f"the prompt is {len(prompt_tokens)} tokens but the context holds {target.n_ctx}; "
@@ -412,7 +390,7 @@ def generate_tokens(
     if error is not None:
         yield error
         return
-    fixed_block = validate_block_size(settings.block_size)
+    fixed_block = settings.fixed_block
     policy = chooser if fixed_block is None else FixedBlock(fixed_block)
     policy.start()
 

@@ -19,9 +19,15 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from engine.events import DEFAULT_N_CTX, ContextOverflowError, EngineError, ModelLoadError
+from engine.events import (
+    DEFAULT_N_CTX,
+    ContextOverflowError,
+    EngineError,
+    ModelFileError,
+    ModelLoadError,
+)
 from engine.kernels import KernelConfig, KernelVerdict, decide
-from engine.models import check_gguf
+from engine.models import check_gguf, check_gguf_data
 
 _GGML_TYPE_SIZE = {1: 2.0, 0: 4.0, 8: 34 / 32}  # f16, f32, q8_0 bytes per element (KV types)
 _LOG_LINES: deque[str] = deque(maxlen=400)
@@ -47,6 +53,13 @@ def _install_logger() -> None:
 def recent_llama_log(n: int = 20) -> str:
     with _LOG_LOCK:
         return "".join(list(_LOG_LINES)[-n:])
+
+
+def _load_error(log: str) -> str:
+    """llama.cpp's reason for refusing a model file, from its log, in one line."""
+    marker = "error loading model: "
+    reasons = [line.split(marker, 1)[1] for line in log.splitlines() if marker in line]
+    return " ".join(reasons[-1].split()) if reasons else "no reason given"
 
 
 _install_logger()
@@ -126,9 +139,10 @@ class LlamaTarget:
         mparams.use_extra_bufts = self.kernels.extra_bufts
         model = llama_cpp.llama_model_load_from_file(str(path).encode("utf-8"), mparams)
         if not model:
-            raise ModelLoadError(
-                f"llama.cpp could not load {path.name}: the file is damaged, truncated or of an "
-                f"unsupported architecture.\n{recent_llama_log(4).strip()}"
+            check_gguf_data(path)  # names a damaged file as such
+            raise ModelFileError(
+                f"llama.cpp could not load {path.name}: the file is damaged or of an unsupported "
+                f"architecture ({_load_error(recent_llama_log(8))})"
             )
         self._model = model
         self._vocab = llama_cpp.llama_model_get_vocab(model)

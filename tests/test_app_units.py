@@ -23,8 +23,7 @@ from app.settings import (
 from app.settings_dialog import SettingsDialog
 from app.stats_panel import StatsPanel
 from app.storage import Storage, compact_runs, expand_runs
-from engine.events import StepStats
-from engine.sampling import check_sampling
+from engine.events import GenerationSettings, StepStats
 
 # ----- settings -----------------------------------------------------------------------------
 
@@ -86,7 +85,7 @@ def test_settings_dialog_cannot_produce_sampling_values_the_engine_refuses(qtbot
         dialog.temperature.setValue(temperature)
         dialog.top_p.setValue(top_p)
         values = dialog.values()
-        check_sampling(values.temperature, values.top_p, 0)  # raises on a bad value
+        GenerationSettings(temperature=values.temperature, top_p=values.top_p)  # raises if bad
         assert checked(values)[1] is None
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from engine.drafters import NgramDrafter
-from engine.speculative import _TextStream, validate_block_size
+from engine.events import validate_block_size
+from engine.speculative import _TextStream
 
 
 def test_ngram_proposes_continuation_of_most_recent_match():

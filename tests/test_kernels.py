@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import platform
+import struct
 import sys
 import textwrap
 import time
@@ -33,8 +34,9 @@ def cache(tmp_path, monkeypatch):
 
 @pytest.fixture()
 def fake_model(tmp_path) -> Path:
+    """A whole GGUF header with no tensors: it passes the file check decide() makes first."""
     path = tmp_path / "m.gguf"
-    path.write_bytes(b"GGUF" + bytes(64))
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 0) + bytes(40))
     return path
 
 

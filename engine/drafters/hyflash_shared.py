@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import mmap
 import struct
 from collections.abc import Sequence
@@ -351,6 +352,18 @@ class GGUFIndex:
         data_start = (pos + align - 1) // align * align
         for name, dims, qtype, offset in infos:
             self.tensors[name] = TensorInfo(name, dims, qtype, data_start + offset)
+
+    def data_end(self) -> int:
+        """The byte just past the last tensor's data: a whole file is at least this long.
+        ValueError for a tensor of a type this gguf package does not know."""
+        end = 0
+        for t in self.tensors.values():
+            try:
+                block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(t.qtype)]
+            except (ValueError, KeyError):
+                raise ValueError(f"tensor {t.name} has an unknown type {t.qtype}") from None
+            end = max(end, t.offset + math.prod(t.dims) // block * type_size)
+        return end
 
     def embedding_shape(self) -> tuple[int, int]:
         info = self.tensors.get(EMBED_NAME)

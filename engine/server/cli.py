@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from engine.engine_args import BLOCK_SIZE_HELP, add_engine_args, block_size_arg, load_engine
+from engine.events import GenerationSettings
 from engine.server.config import ServerConfig
 from engine.server.jobs import DEFAULT_MAX_WAITING
 
@@ -56,11 +57,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from engine.server.app import create_app
     from engine.server.http import LocalServer, check_bind
     from engine.server.jobs import EngineThread
-    from engine.speculative import validate_block_size
 
     try:
         check_bind(args.host, args.api_key)
-        validate_block_size(args.block_size)
+        GenerationSettings(block_size=args.block_size)  # its message when the size is bad
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

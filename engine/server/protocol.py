@@ -15,10 +15,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.drafters import DRAFTER_CHOICES
-from engine.events import ErrorEvent, Finished, GenerationSettings, StepStats
+from engine.events import ErrorEvent, Finished, GenerationSettings, SettingError, StepStats
 from engine.server.errors import APIError
 from engine.server.jobs import JobEvent, JobStarted
-from engine.speculative import validate_block_size
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_STOP_STRINGS = 4
@@ -53,10 +52,12 @@ class HyflashOptions(BaseModel):
 
 
 class _Request(_Strict):
+    # Types are checked here, ranges by GenerationSettings (generation_settings shows its
+    # message); only OpenAI's own limits beyond the engine's are kept (temperature <= 2).
     model: str
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int | None = None
+    temperature: float = Field(1.0, le=2.0)
+    top_p: float = 1.0
     seed: int | None = None
     stop: str | list[str] | None = None
     stream: bool = False
@@ -67,7 +68,7 @@ class _Request(_Strict):
 
 class ChatRequest(_Request):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = None
     logprobs: bool | None = None
     tools: list[Any] | None = None
     functions: list[Any] | None = None
@@ -146,33 +147,32 @@ def completion_prompt(req: CompletionRequest) -> str:
 def generation_settings(
     req: _Request, default_max_tokens: int, default_block_size: int | str
 ) -> GenerationSettings:
-    """Sampling settings; the block size comes from `hyflash.block_size`, else the server's."""
+    """Sampling settings; the block size comes from `hyflash.block_size`, else the server's.
+    A value no generation can use is a 400 with GenerationSettings' message."""
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     if len(stop) > MAX_STOP_STRINGS:
         raise APIError(400, "invalid_value", f"at most {MAX_STOP_STRINGS} stop strings", "stop")
     block = default_block_size
     if req.hyflash and req.hyflash.block_size is not None:
         block = req.hyflash.block_size
+    max_tokens, max_tokens_param = req.max_tokens, "max_tokens"
+    if getattr(req, "max_completion_tokens", None) is not None:
+        max_tokens, max_tokens_param = req.max_completion_tokens, "max_completion_tokens"
     try:
-        if isinstance(block, str) and block != "auto":  # no "4" for 4: the type is checked
-            raise ValueError(f"block size must be 'auto' or a number, not {block!r}")
-        validate_block_size(block)
-    except ValueError as exc:
-        raise APIError(
-            400,
-            "invalid_block_size",
-            f"hyflash.block_size: {exc}",
-            "hyflash.block_size",
-        ) from None
-    max_tokens = getattr(req, "max_completion_tokens", None) or req.max_tokens
-    return GenerationSettings(
-        max_tokens=max_tokens or default_max_tokens,
-        temperature=req.temperature,
-        top_p=req.top_p,
-        seed=req.seed,
-        block_size=block,
-        stop=[s for s in stop if s],
-    )
+        return GenerationSettings(
+            max_tokens=default_max_tokens if max_tokens is None else max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            seed=req.seed,
+            block_size=block,
+            stop=[s for s in stop if s],
+        )
+    except SettingError as exc:
+        param = {"block_size": "hyflash.block_size", "max_tokens": max_tokens_param}.get(
+            exc.field, exc.field
+        )
+        code = "invalid_block_size" if exc.field == "block_size" else "invalid_value"
+        raise APIError(400, code, f"{param}: {exc}", param) from None
 
 
 def requested_drafter(req: _Request) -> str | None:
