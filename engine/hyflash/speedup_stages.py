@@ -92,12 +92,13 @@ class Pipeline:
 
         tokens = self.budget.answer_tokens
         if self.choice["generator"] == "torch":
-            from engine.hyflash.commands import _eog_ids, _prompts_to_answer
+            from engine.hyflash.data_commands import prompts_to_answer
+            from engine.hyflash.target_vocab import eog_ids
             from engine.hyflash.torch_target import TorchTarget, generate_answers
             from engine.target import LlamaTarget
 
             with LlamaTarget(self.gguf, n_ctx=64) as probe:
-                todo = _prompts_to_answer(probe, prompts, self.job.answers, MAX_PROMPT_TOKENS)
+                todo = prompts_to_answer(probe, prompts, self.job.answers, MAX_PROMPT_TOKENS)
             rates = self.calib["torch"]
             target = TorchTarget(
                 self.gguf, dtype=rates["dtype"], device=rates["device"], threads=self.args.threads
@@ -109,7 +110,7 @@ class Pipeline:
                     self.job.answers,
                     batch=rates["streams"],
                     max_tokens=tokens,
-                    eos_ids=_eog_ids(self.gguf),
+                    eos_ids=eog_ids(self.gguf),
                     progress=progress,
                 )
             finally:
@@ -135,7 +136,7 @@ class Pipeline:
             )
 
     def _conversations(self) -> int:
-        from engine.hyflash.commands import cmd_data_conversations
+        from engine.hyflash.data_commands import cmd_data_conversations
 
         path, want = self.job.conversations, self.budget.conversations
         have = rows(path)
@@ -208,11 +209,10 @@ class Pipeline:
         return {"source": source, "sequences": total}
 
     def train(self) -> dict:
-        from engine.drafters.hyflash_shared import GGUFIndex
-        from engine.hyflash.commands import cmd_train
+        from engine.hyflash.target_vocab import embedding_shape
+        from engine.hyflash.train_commands import cmd_train
 
-        with GGUFIndex(self.gguf) as index:
-            vocab, _ = index.embedding_shape()
+        vocab, _ = embedding_shape(self.gguf)
         side = self.choice["features"]
         torch_side = self.calib["torch"]
         device = torch_side["device"] if torch_side["device"] in ("cpu", "cuda") else "auto"
@@ -248,7 +248,7 @@ class Pipeline:
     # ----- export, validation, install ---------------------------------------------------------
 
     def export(self) -> dict:
-        from engine.hyflash.commands import cmd_export
+        from engine.hyflash.train_commands import cmd_export
 
         run = self.job.run_dir
         checkpoint = "best.pt" if (run / "best.pt").exists() else "checkpoint.pt"
