@@ -11,7 +11,8 @@ import os
 import shutil
 from pathlib import Path
 
-from engine.hyflash.speedup_job import MAX_LEN, Job, rows, write_json
+from engine.atomic_files import write_json
+from engine.hyflash.speedup_job import MAX_LEN, Job, rows
 from engine.hyflash.speedup_plan import (
     BLOCK,
     SpeedupError,
@@ -311,10 +312,11 @@ class Pipeline:
         write_json(
             self.job.budget_dir / "validate.json",
             walked | {"command": command, "verify_cost_s": costs, "expected_speedup": speedup},
+            indent=2,
         )
         card_path = self.job.drafter_dir / "card.json"
         card = json.loads(card_path.read_text(encoding="utf-8"))
-        write_json(card_path, card | {"validation": check})  # doctor lists it
+        write_json(card_path, card | {"validation": check}, indent=2)  # doctor lists it
         self.reporter.progress("validate", 3, 3, "steps")
         return check
 
