@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from app.paths import config_dir, move_aside
+from engine.atomic_files import write_json
 from engine.backends import BACKEND_NAMES
 from engine.blocksize import DEFAULT_MAX_BLOCK
 from engine.drafters import DRAFTER_CHOICES
@@ -194,6 +195,5 @@ class SettingsStore:
 
     def save(self, settings: AppSettings) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(settings.to_dict(), indent=2), encoding="utf-8")
-        os.replace(tmp, self.path)  # atomic: a crash never leaves a half-written file
+        # atomic: a crash never leaves a half-written file
+        write_json(self.path, settings.to_dict(), indent=2)

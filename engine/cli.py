@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.bench.drafter_time import add_drafter_time_parser
     from engine.bench.speed import add_bench_parser
     from engine.doctor import add_doctor_parser
-    from engine.downloads import add_download_parser
+    from engine.download_command import add_download_parser
     from engine.hyflash.acceptance import add_acceptance_parser
     from engine.hyflash.commands import add_data_parser, add_train_parsers
     from engine.hyflash.speedup import add_speedup_parser

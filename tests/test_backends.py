@@ -10,8 +10,10 @@ import onnxruntime as ort
 import pytest
 
 from engine import backends as b
-from engine.backends import CPU_EP, CUDA_EP, QNN_EP, CpuInfo, GpuInfo, LlamaInfo, OrtInfo, Probe
+from engine import machine_probe
+from engine.backends import CPU_EP, CUDA_EP, QNN_EP
 from engine.doctor import add_doctor_parser, doctor_report, run_doctor
+from engine.machine_probe import CpuInfo, GpuInfo, LlamaInfo, OrtInfo, Probe
 
 GB = 10**9
 
@@ -166,9 +168,9 @@ def test_cpuinfo_parsing_x86_and_arm() -> None:
         "processor: 1\nphysical id: 0\ncore id: 0\nmodel name: Some CPU\nflags: fpu avx avx2\n\n"
         "processor: 2\nphysical id: 0\ncore id: 1\nmodel name: Some CPU\nflags: fpu avx avx2\n"
     )
-    assert b._parse_cpuinfo(x86) == ("Some CPU", 2, {"fpu", "avx", "avx2"})
+    assert machine_probe._parse_cpuinfo(x86) == ("Some CPU", 2, {"fpu", "avx", "avx2"})
     arm = "processor: 0\nFeatures: fp asimd asimddp sve\n\nprocessor: 1\nFeatures: fp asimd\n"
-    model, cores, flags = b._parse_cpuinfo(arm)
+    model, cores, flags = machine_probe._parse_cpuinfo(arm)
     assert cores is None and {"neon", "dotprod", "sve"} <= flags
 
 
@@ -318,7 +320,7 @@ def test_plugin_qnn_package_is_registered_and_listed(monkeypatch) -> None:
         lambda name, path: registered.append((name, path)),
     )
     monkeypatch.setattr(ort, "get_ep_devices", lambda: [_FakeDevice(CPU_EP), _FakeDevice(QNN_EP)])
-    info = b._ort_info()
+    info = machine_probe._ort_info()
     assert registered == [(QNN_EP, "C:/qnn/onnxruntime_providers_qnn.dll")]
     assert info.plugins == (QNN_EP,) and QNN_EP in info.providers
 
@@ -333,7 +335,7 @@ def test_broken_plugin_package_does_not_break_the_probe(monkeypatch) -> None:
     plugin = types.SimpleNamespace(get_ep_name=lambda: QNN_EP, get_library_path=lambda: "x.dll")
     monkeypatch.setitem(sys.modules, "onnxruntime_qnn", plugin)
     monkeypatch.setattr(ort, "register_execution_provider_library", fail)
-    info = b._ort_info()
+    info = machine_probe._ort_info()
     assert info.available and QNN_EP not in info.providers and info.plugins == ()
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import downloads
+from engine import download_command, download_errors, downloads
 from engine.catalog import CatalogEntry
 from engine.events import ModelLoadError
 
@@ -240,7 +240,7 @@ def test_dropped_connection_resumes_with_range(hub: HubStub) -> None:
 def test_next_call_resumes_after_connection_keeps_dropping(hub: HubStub) -> None:
     e = entry()
     hub.drop_after, hub.drops_left = 50_000, 1000
-    with pytest.raises(downloads.DownloadError, match="kept failing.*run the download again"):
+    with pytest.raises(download_errors.DownloadError, match="kept failing.*run the download again"):
         downloads.download_model(e)
     kept = downloads.MAX_ATTEMPTS * 50_000
     part = downloads.models_dir() / "test-org--tiny-GGUF" / f"{FILE}.part"
@@ -264,7 +264,7 @@ def test_cancel_keeps_a_resumable_partial(hub: HubStub) -> None:
         if done > 0:
             cancel.set()
 
-    with pytest.raises(downloads.DownloadCancelled, match="cancelled.*resumes"):
+    with pytest.raises(download_errors.DownloadCancelled, match="cancelled.*resumes"):
         downloads.download_model(e, progress=progress, cancel=cancel)
     part = downloads.models_dir() / "test-org--tiny-GGUF" / f"{FILE}.part"
     kept = part.stat().st_size
@@ -286,7 +286,7 @@ def test_server_ignoring_range_restarts_cleanly(hub: HubStub) -> None:
 
 def test_partial_of_an_older_version_is_discarded(hub: HubStub) -> None:
     cancel = threading.Event()
-    with pytest.raises(downloads.DownloadCancelled):
+    with pytest.raises(download_errors.DownloadCancelled):
         downloads.download_model(entry(), progress=lambda d, t: d and cancel.set(), cancel=cancel)
     new = DATA[::-1]  # the repo's file changed upstream: new content, new ETag
     hub.files[(REPO, FILE)] = new
@@ -297,11 +297,11 @@ def test_partial_of_an_older_version_is_discarded(hub: HubStub) -> None:
 
 def test_cdn_errors_are_clear(hub: HubStub) -> None:
     hub.cdn_status = 403
-    with pytest.raises(downloads.DownloadError, match="refused.*HTTP 403"):
+    with pytest.raises(download_errors.DownloadError, match="refused.*HTTP 403"):
         downloads.download_model(entry())
     assert len(hub.gets()) == 1  # a refusal is not retried
     hub.cdn_status = 503
-    with pytest.raises(downloads.DownloadError, match="kept failing"):
+    with pytest.raises(download_errors.DownloadError, match="kept failing"):
         downloads.download_model(entry())
     assert len(hub.gets()) == 1 + downloads.MAX_STALLED  # busy: retried, then given up
     assert downloads.list_installed() == []
@@ -310,7 +310,7 @@ def test_cdn_errors_are_clear(hub: HubStub) -> None:
 def test_corrupt_transfer_fails_checksum_and_keeps_nothing(hub: HubStub) -> None:
     e = entry()
     hub.corrupt = True
-    with pytest.raises(downloads.ChecksumError, match=f"expected sha256 {SHA}"):
+    with pytest.raises(download_errors.ChecksumError, match=f"expected sha256 {SHA}"):
         downloads.download_model(e)
     assert leftovers(e) == []
     assert downloads.list_installed() == []
@@ -320,7 +320,7 @@ def test_corrupt_transfer_fails_checksum_and_keeps_nothing(hub: HubStub) -> None
 
 def test_catalog_sha_is_checked_for_non_lfs_files(hub: HubStub) -> None:
     hub.lfs = False  # plain 200 with a git (sha1) ETag: only the catalog's sha256 can verify
-    with pytest.raises(downloads.ChecksumError, match="Checksum mismatch"):
+    with pytest.raises(download_errors.ChecksumError, match="Checksum mismatch"):
         downloads.download_model(entry(sha="ab" * 32))
     assert downloads.list_installed() == []
     path = downloads.download_model(entry(sha=None))  # unknown sha: size-checked only
@@ -329,7 +329,7 @@ def test_catalog_sha_is_checked_for_non_lfs_files(hub: HubStub) -> None:
 
 
 def test_hub_sha_differing_from_catalog_fails_before_downloading(hub: HubStub) -> None:
-    with pytest.raises(downloads.ChecksumError, match="catalog expects"):
+    with pytest.raises(download_errors.ChecksumError, match="catalog expects"):
         downloads.download_model(entry(sha="cd" * 32))
     assert hub.gets() == []
 
@@ -337,7 +337,9 @@ def test_hub_sha_differing_from_catalog_fails_before_downloading(hub: HubStub) -
 @pytest.mark.parametrize("repo,file", [(REPO, "missing.gguf"), ("nobody/nothing", FILE)])
 def test_404_is_a_clear_error(hub: HubStub, repo: str, file: str) -> None:
     e = entry(file=file, repo=repo)
-    with pytest.raises(downloads.HubNotFoundError, match=r"Not found on the Hub \(HTTP 404\)"):
+    with pytest.raises(
+        download_errors.HubNotFoundError, match=r"Not found on the Hub \(HTTP 404\)"
+    ):
         downloads.download_model(e)
     assert not any(name.endswith((".part", ".gguf")) for name in leftovers(e))
 
@@ -345,7 +347,7 @@ def test_404_is_a_clear_error(hub: HubStub, repo: str, file: str) -> None:
 def test_not_enough_disk_space_is_checked_first(hub: HubStub, monkeypatch) -> None:
     real = shutil.disk_usage
     monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=200_000))
-    with pytest.raises(downloads.DiskFullError, match=r"need 1\.0 MB, have 0\.2 MB free"):
+    with pytest.raises(download_errors.DiskFullError, match=r"need 1\.0 MB, have 0\.2 MB free"):
         downloads.download_model(entry())
     assert hub.gets() == []
 
@@ -381,7 +383,7 @@ def test_disk_filling_up_mid_download_keeps_a_clean_prefix(hub: HubStub, monkeyp
             return self.f.write(b)
 
     monkeypatch.setattr(downloads, "_open_partial", FullDisk)
-    with pytest.raises(downloads.DiskFullError, match="disk filled up.*resumes"):
+    with pytest.raises(download_errors.DiskFullError, match="disk filled up.*resumes"):
         downloads.download_model(e)
     part = downloads.models_dir() / "test-org--tiny-GGUF" / f"{FILE}.part"
     assert part.read_bytes() == DATA[:300_000]
@@ -400,7 +402,7 @@ def test_offline_mode_uses_only_the_cache(hub: HubStub, monkeypatch) -> None:
     n = len(hub.requests)
     assert downloads.download_model(e) == path
     assert downloads.cached_model_path(e) == path
-    with pytest.raises(downloads.OfflineError, match="HF_HUB_OFFLINE"):
+    with pytest.raises(download_errors.OfflineError, match="HF_HUB_OFFLINE"):
         downloads.download_model(entry(file="other.gguf", eid="other"))
     assert len(hub.requests) == n
 
@@ -447,9 +449,9 @@ def test_download_command(hub: HubStub, monkeypatch, capsys) -> None:
     import argparse
 
     e = entry()
-    monkeypatch.setattr(downloads, "load_catalog", lambda path=None: {e.id: e})
+    monkeypatch.setattr(download_command, "load_catalog", lambda path=None: {e.id: e})
     parser = argparse.ArgumentParser(prog="hyflash")
-    downloads.add_download_parser(parser.add_subparsers())
+    download_command.add_download_parser(parser.add_subparsers())
 
     def run(*argv: str) -> int:
         args = parser.parse_args(["download", *argv])

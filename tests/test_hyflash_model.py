@@ -218,10 +218,10 @@ def test_bf16_training_steps_run_under_autocast_and_learn(tmp_path):
 def test_source_weights_set_how_often_training_draws_each_source():
     """--source-weight: a source at weight 3 is drawn ~3x as often as an unnamed one, weight 0
     never; the weights follow a subset (the train split); malformed or unknown ones fail."""
-    from engine.hyflash.commands import _source_weights
+    from engine.hyflash.selection import source_weights
 
     keys = ["gsm8k/0", "sharegpt/a", "mbpp/0", "sharegpt/b"]
-    weights = _source_weights("gsm8k=3,mbpp=0", keys)
+    weights = source_weights("gsm8k=3,mbpp=0", keys)
     assert weights.tolist() == [3.0, 1.0, 0.0, 1.0]
     seqs = Sequences(
         tokens=[np.full(12, i, dtype=np.int64) for i in range(4)],
@@ -234,10 +234,10 @@ def test_source_weights_set_how_often_training_draws_each_source():
     drawn = np.concatenate([_step_batch(seqs, tcfg, s)["tokens"][:, 0].numpy() for s in range(300)])
     counts = np.bincount(drawn, minlength=3)
     assert counts[2] == 0 and 2.6 < counts[0] / counts[1] < 3.4, counts
-    assert _source_weights(None, keys) is None
+    assert source_weights(None, keys) is None
     for bad in ("gsm8k", "gsm8k=-1", "gsm8k=x", "ifbench=2", "gsm8k=0,sharegpt=0,mbpp=0"):
         with pytest.raises(SystemExit, match="--source-weight"):
-            _source_weights(bad, keys)
+            source_weights(bad, keys)
 
 
 def test_draft_vocab_selection_and_checkpoints():
@@ -407,13 +407,11 @@ def test_stand_in_gguf_untied_head(tmp_path):
 def test_train_sizes_the_drafter_for_the_given_target(tmp_path):
     """`hyflash train --model X` takes vocabulary and width from X's GGUF, not the defaults
     (which are SmolLM2's): a drafter for another target would not build otherwise."""
-    from engine.hyflash.commands import _embedding_shape
+    from engine.hyflash.target_vocab import embedding_shape
 
     path = write_stand_in_gguf(tmp_path / "other.gguf", np.zeros((V, E), np.float32))
     assert (
-        _embedding_shape(path)
-        == (V, E)
-        != (DrafterConfig().vocab_size, DrafterConfig().hidden_size)
+        embedding_shape(path) == (V, E) != (DrafterConfig().vocab_size, DrafterConfig().hidden_size)
     )
 
 

@@ -24,7 +24,7 @@ def folder():
 
 
 def test_shipped_card_fits_the_embedded_target(folder, model_path):
-    from engine.drafters.hyflash_shared import file_sha256
+    from engine.file_hash import file_sha256
 
     card = json.loads((folder / "card.json").read_text())
     assert folder.name == DRAFTER_ID

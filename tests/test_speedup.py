@@ -220,7 +220,7 @@ def test_a_second_job_on_the_model_is_refused_while_one_runs(job):
 def test_installed_drafter_is_found_for_the_model(job, model_path, env, data_home):
     """By path (no shipped drafter for a path), with no flag and with --drafter hyflash:
     greedy output identical to plain decoding, tau reported; doctor lists the drafter."""
-    from engine.drafters.hyflash_shared import file_sha256
+    from engine.file_hash import file_sha256
 
     result = result_of(job["runs"][-1][0])
     folder = Path(result["drafter_dir"])

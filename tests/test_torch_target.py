@@ -118,7 +118,7 @@ def test_torch_answers_name_their_generator_and_resume(torch_t, llama_t, tmp_pat
     a second run answers only the prompts the file lacks, and its rows start past a line cut
     by a kill (not glued to it) while the rows already written stay as they were."""
     from engine.corpora import Prompt
-    from engine.hyflash.commands import _prompts_to_answer
+    from engine.hyflash.data_commands import prompts_to_answer
     from engine.hyflash.distill import load_answers
     from engine.hyflash.torch_target import generate_answers
 
@@ -128,12 +128,12 @@ def test_torch_answers_name_their_generator_and_resume(torch_t, llama_t, tmp_pat
         for i, q in enumerate(["Name a fruit.", "Count to five.", "Say hi.", "What is 3+4?"])
     ]
     out = tmp_path / "answers.jsonl"
-    first = _prompts_to_answer(llama_t, prompts[:2], out, 512)
+    first = prompts_to_answer(llama_t, prompts[:2], out, 512)
     assert generate_answers(torch_t, first, out, batch=2, max_tokens=6, eos_ids=eos) == 2
     with open(out, "a", encoding="utf-8") as f:
         f.write('{"key": "test/2", "source": "te')  # killed mid-write
     written = out.read_text(encoding="utf-8")
-    todo = _prompts_to_answer(llama_t, prompts, out, 512)
+    todo = prompts_to_answer(llama_t, prompts, out, 512)
     assert [p.key for p, _ in todo] == ["test/2", "test/3"]
     assert generate_answers(torch_t, todo, out, batch=2, max_tokens=6, eos_ids=eos) == 2
     assert out.read_text(encoding="utf-8").startswith(written)
@@ -144,7 +144,7 @@ def test_torch_answers_name_their_generator_and_resume(torch_t, llama_t, tmp_pat
         answer, stop = torch_t.generate_batch([ids], 6, eos)[0]
         assert row["prompt_ids"] == ids and row["answer_ids"] == answer
         assert row["stop"] == stop and row["generator"] == "torch-fp32"
-    assert _prompts_to_answer(llama_t, prompts, out, 512) == []
+    assert prompts_to_answer(llama_t, prompts, out, 512) == []
 
 
 def test_torch_feature_source_writes_a_cache_the_trainer_reads(
@@ -241,7 +241,7 @@ def test_auto_feature_source_takes_what_torch_check_measured_here(tmp_path, monk
     """torch-check records the fastest source whose features agree with llama.cpp's; `auto`
     takes it on the same machine only, and torch (native dtype) where nothing was measured."""
     from engine.hyflash import features
-    from engine.hyflash.commands import _record_source_verdict
+    from engine.hyflash.torch_check import record_source_verdict
 
     verdict = tmp_path / "source.json"
     monkeypatch.setattr(features, "SOURCE_VERDICT", verdict)
@@ -252,11 +252,11 @@ def test_auto_feature_source_takes_what_torch_check_measured_here(tmp_path, monk
         {"source": "torch-fp32", "features_tok_s": 140.0, "cosine_mean": 0.9997},
         {"source": "torch-bf16", "features_tok_s": 900.0, "cosine_mean": 0.95},  # disagrees
     ]
-    assert _record_source_verdict(table, "auto", verdict) == "llama"
+    assert record_source_verdict(table, "auto", verdict) == "llama"
     assert features.resolve_source("auto") == "llama"
     assert features.resolve_source("torch", "fp32") == "torch-fp32"  # explicit wins
     table[1]["features_tok_s"] = 370.0
-    assert _record_source_verdict(table, "auto", verdict) == "torch-fp32"
+    assert record_source_verdict(table, "auto", verdict) == "torch-fp32"
     assert features.resolve_source("auto") == "torch-fp32"
     # measured on another machine: not trusted here
     monkeypatch.setattr(features, "source_machine", lambda device="auto": "another CPU")

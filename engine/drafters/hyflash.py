@@ -35,9 +35,9 @@ from engine.drafters.hyflash_shared import (
     EmbeddingRows,
     NgramIndex,
     draft_memory_bytes,
-    file_sha256,
 )
 from engine.events import DrafterMismatchError
+from engine.file_hash import file_sha256
 
 # ----- confidence buckets for the block-size chooser ------------------------------------
 

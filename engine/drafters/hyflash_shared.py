@@ -11,7 +11,6 @@ Training (engine/hyflash) imports this module; the run time never imports engine
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import mmap
@@ -23,6 +22,8 @@ from typing import Any
 
 import gguf
 import numpy as np
+
+from engine.file_hash import file_sha256
 
 # ----- the drafter folder -----------------------------------------------------------------
 
@@ -211,22 +212,6 @@ def draft_memory_bytes(cfg: DrafterConfig, n_context: int, dtype_bytes: int = 4)
 
 EMBED_NAME = "token_embd.weight"
 HEAD_NAME = "output.weight"
-
-_SHA_CACHE: dict[tuple[str, int, int], str] = {}
-
-
-def file_sha256(path: str | Path, chunk_bytes: int = 1 << 22) -> str:
-    """sha256 of a (multi-GB) file read in chunks; cached per (path, size, mtime) in-process."""
-    path = Path(path).resolve()
-    st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    if key not in _SHA_CACHE:
-        h = hashlib.sha256()
-        with path.open("rb") as f:
-            while block := f.read(chunk_bytes):
-                h.update(block)
-        _SHA_CACHE[key] = h.hexdigest()
-    return _SHA_CACHE[key]
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from itertools import islice
 from pathlib import Path
 
 import numpy as np
+
+from engine.atomic_files import write_json
 
 
 def load_corpus(path: Path, max_len: int) -> tuple[list[np.ndarray], list[int], list[str]]:
@@ -103,9 +104,7 @@ def cache_dir_for(
 
 def _write_index(path: Path, index: dict) -> None:
     # atomic: other processes (parallel trainings) may be reading it
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(index))
-    os.replace(tmp, path)
+    write_json(path, index, indent=None)
 
 
 def sequence_digest(seq: np.ndarray) -> str:

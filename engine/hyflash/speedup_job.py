@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from engine.atomic_files import write_json
 from engine.hyflash.speedup_plan import Budget, Corpus, SpeedupError
 from engine.user_drafters import data_dir
 
@@ -26,12 +27,6 @@ def rows(path: Path) -> int:
     from engine.hyflash.features import load_corpus
 
     return len(load_corpus(path, MAX_LEN)[0]) if path.exists() else 0
-
-
-def write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 class Job:
@@ -72,14 +67,14 @@ class Job:
         self.budget_dir.mkdir(parents=True, exist_ok=True)
         info = self.dir / "job.json"
         if not info.exists():
-            write_json(info, {"model": model_id, "gguf": str(gguf), "gguf_sha256": sha})
+            write_json(info, {"model": model_id, "gguf": str(gguf), "gguf_sha256": sha}, indent=2)
 
     def corpus(self) -> Corpus:
         return Corpus(rows(self.answers), rows(self.conversations), rows(self.heldout))
 
     def finish(self, stage: str, seconds: float, result: dict) -> None:
         self.stages[stage] = {"seconds": seconds, "result": result}
-        write_json(self.state_path, {"budget": self.budget.name, "stages": self.stages})
+        write_json(self.state_path, {"budget": self.budget.name, "stages": self.stages}, indent=2)
 
 
 @contextlib.contextmanager
@@ -105,7 +100,7 @@ def model_lock(sha: str, job_dir: Path) -> Iterator[None]:
             "stop it first.",
         ) from None
     try:
-        write_json(owner, {"pid": os.getpid(), "job_dir": str(job_dir)})
+        write_json(owner, {"pid": os.getpid(), "job_dir": str(job_dir)}, indent=2)
         yield
     finally:
         lock.release()
@@ -143,5 +138,5 @@ class Calibration:
         measured = calibrate(gguf, device=self.device, threads=self.threads, progress=report)
         measured |= {"machine": self.machine, "version": CALIBRATION_VERSION}
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(self.path, measured)
+        write_json(self.path, measured, indent=2)
         return measured | {"cached": False}

@@ -11,7 +11,8 @@ import os
 import shutil
 from pathlib import Path
 
-from engine.hyflash.speedup_job import MAX_LEN, Job, rows, write_json
+from engine.atomic_files import write_json
+from engine.hyflash.speedup_job import MAX_LEN, Job, rows
 from engine.hyflash.speedup_plan import (
     BLOCK,
     SpeedupError,
@@ -92,12 +93,13 @@ class Pipeline:
 
         tokens = self.budget.answer_tokens
         if self.choice["generator"] == "torch":
-            from engine.hyflash.commands import _eog_ids, _prompts_to_answer
+            from engine.hyflash.data_commands import prompts_to_answer
+            from engine.hyflash.target_vocab import eog_ids
             from engine.hyflash.torch_target import TorchTarget, generate_answers
             from engine.target import LlamaTarget
 
             with LlamaTarget(self.gguf, n_ctx=64) as probe:
-                todo = _prompts_to_answer(probe, prompts, self.job.answers, MAX_PROMPT_TOKENS)
+                todo = prompts_to_answer(probe, prompts, self.job.answers, MAX_PROMPT_TOKENS)
             rates = self.calib["torch"]
             target = TorchTarget(
                 self.gguf, dtype=rates["dtype"], device=rates["device"], threads=self.args.threads
@@ -109,7 +111,7 @@ class Pipeline:
                     self.job.answers,
                     batch=rates["streams"],
                     max_tokens=tokens,
-                    eos_ids=_eog_ids(self.gguf),
+                    eos_ids=eog_ids(self.gguf),
                     progress=progress,
                 )
             finally:
@@ -135,7 +137,7 @@ class Pipeline:
             )
 
     def _conversations(self) -> int:
-        from engine.hyflash.commands import cmd_data_conversations
+        from engine.hyflash.data_commands import cmd_data_conversations
 
         path, want = self.job.conversations, self.budget.conversations
         have = rows(path)
@@ -208,11 +210,10 @@ class Pipeline:
         return {"source": source, "sequences": total}
 
     def train(self) -> dict:
-        from engine.drafters.hyflash_shared import GGUFIndex
-        from engine.hyflash.commands import cmd_train
+        from engine.hyflash.target_vocab import embedding_shape
+        from engine.hyflash.train_commands import cmd_train
 
-        with GGUFIndex(self.gguf) as index:
-            vocab, _ = index.embedding_shape()
+        vocab, _ = embedding_shape(self.gguf)
         side = self.choice["features"]
         torch_side = self.calib["torch"]
         device = torch_side["device"] if torch_side["device"] in ("cpu", "cuda") else "auto"
@@ -248,7 +249,7 @@ class Pipeline:
     # ----- export, validation, install ---------------------------------------------------------
 
     def export(self) -> dict:
-        from engine.hyflash.commands import cmd_export
+        from engine.hyflash.train_commands import cmd_export
 
         run = self.job.run_dir
         checkpoint = "best.pt" if (run / "best.pt").exists() else "checkpoint.pt"
@@ -311,10 +312,11 @@ class Pipeline:
         write_json(
             self.job.budget_dir / "validate.json",
             walked | {"command": command, "verify_cost_s": costs, "expected_speedup": speedup},
+            indent=2,
         )
         card_path = self.job.drafter_dir / "card.json"
         card = json.loads(card_path.read_text(encoding="utf-8"))
-        write_json(card_path, card | {"validation": check})  # doctor lists it
+        write_json(card_path, card | {"validation": check}, indent=2)  # doctor lists it
         self.reporter.progress("validate", 3, 3, "steps")
         return check
 

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from engine.atomic_files import write_atomically
 from engine.hyflash.model import HyFlashModel
 from engine.hyflash.train_config import TrainConfig
 
@@ -184,12 +185,8 @@ class _TrainForward(torch.nn.Module):
 
 
 def save_checkpoint(path: Path, model, opt, step: int, history: list[dict]) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(
-        {"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "history": history},
-        tmp,
-    )
-    os.replace(tmp, path)
+    state = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "history": history}
+    write_atomically(path, lambda tmp: torch.save(state, tmp))
 
 
 def _resume(ckpt: Path, model: HyFlashModel, opt, log) -> tuple[int, list[dict]]:
