@@ -41,7 +41,7 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
             option.flag,
             type=option.type,
             default=option.default,
-            help=f"{option.help}; {option.range} (default: %(default)s)",
+            help=f"{option.help} [{option.range}; default: %(default)s]",
         )
 
 

@@ -127,7 +127,7 @@ OPTIONS = (
             (lambda v: _is_number(v) and v >= 0, "0 (greedy) or more"),  # also refuses NaN
             (lambda v: not math.isinf(v), "finite"),
         ),
-        "0 = greedy (always the most likely token)",
+        "how freely tokens are sampled: 0 = greedy, always the most likely token",
         default=0.0,
         app=0.2,
         server=1.0,
@@ -149,7 +149,7 @@ OPTIONS = (
         "top-k",
         int,
         ((lambda v: _is_int(v) and v >= 0, "0 (off) or more"),),
-        "sample from the k most likely tokens (0 = off)",
+        "sample from the k most likely tokens only",
         default=0,
     ),
     Option(
@@ -168,7 +168,7 @@ OPTIONS = (
         "seed",
         int,
         ((lambda v: v is None or _is_int(v), "a whole number or None"),),
-        "the sampling seed (default: a fresh random one per answer)",
+        "the sampling seed (none: a fresh random one per answer)",
         default=None,
         server=None,
     ),
