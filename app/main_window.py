@@ -187,14 +187,13 @@ class MainWindow(QMainWindow):
             if m.role == "assistant" and m.stats:
                 widget.set_footer(footer_line(m.stats))
                 last_record = m.stats
-        if self.answers.active is not None and self.answers.active.conv_id == self.chats.current:
+        active = self.answers.active
+        if active is not None and active.conv_id == self.chats.current:
             # an answer still streaming into this chat: show it again
-            self.answers.active.widget = self._add_widget(
-                "assistant", self.answers.active.text, None, self.answers.active.runs
-            )
-            self.answers.active.widget.set_status("writing…")
+            active.widget = self._add_widget("assistant", active.text, None, active.runs)
+            active.widget.set_status("writing…")
         self._update_regenerate()
-        if self.answers.active is None:
+        if active is None:
             self.stats.show_saved(last_record)
         self.chat.scroll_to_bottom()
 
