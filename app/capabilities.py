@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.settings import BACKENDS
 from engine.backends import DISPLAY, choose, probe
 from engine.catalog import default_target_id
-from engine.engine import hyflash_status as engine_hyflash_status
+from engine.drafter_spec import hyflash_status as engine_hyflash_status
 
 
 def hyflash_status(model_id: str | None) -> tuple[bool, str]:

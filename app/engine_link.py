@@ -11,7 +11,7 @@ from app.chat_pane import ChatPane
 from app.settings import RELOAD_FIELDS, AppSettings
 from app.stats_panel import StatsPanel
 from app.worker import EngineConfig, EngineHost, disconnect_all
-from engine.engine import EngineInfo
+from engine.events import EngineInfo
 
 
 def engine_config(settings: AppSettings) -> EngineConfig:

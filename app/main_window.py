@@ -39,19 +39,7 @@ from app.sidebar import Sidebar
 from app.stats_panel import StatsPanel
 from app.storage import Storage, StorageError, expand_runs
 from app.worker import EngineHost
-from engine.events import Finished
-
-
-def _delegate(helper: str, name: str, doc: str, settable: bool = False) -> property:
-    """An attribute of the window that is `name` of its helper `helper`."""
-
-    def get(self):
-        return getattr(getattr(self, helper), name)
-
-    def set_(self, value) -> None:
-        setattr(getattr(self, helper), name, value)
-
-    return property(get, set_ if settable else None, doc=doc)
+from engine.events import ErrorKind, Finished
 
 
 class MainWindow(QMainWindow):
@@ -79,7 +67,9 @@ class MainWindow(QMainWindow):
 
         self.owns_host = host is None
         self.host = host or EngineHost()
-        self.answers = AnswerController(self.host, self.storage, lambda: self.engine_info, self)
+        self.answers = AnswerController(
+            self.host, self.storage, lambda: self.engine_link.info, self
+        )
         self._connect_engine()
         self.engine_link.sync(self.settings)
         self._build_server()
@@ -91,15 +81,6 @@ class MainWindow(QMainWindow):
             self.open_conversation(ids[0])
         else:
             self.render_conversation()
-
-    # Long-standing names for state and actions that now live in the helpers.
-    current_conv = _delegate("chats", "current", "the open chat's id or None", settable=True)
-    engine_info = _delegate("engine_link", "info", "the loaded engine's EngineInfo or None")
-    engine_state = _delegate("engine_link", "state", "unloaded | loading | ready | failed")
-    active = _delegate("answers", "active", "the answer being written (ActiveAnswer) or None")
-    last_finished = _delegate("answers", "last_finished", "the last answer's Finished event")
-    last_steps = _delegate("answers", "last_steps", "(committed, block size) per step")
-    server_job = _delegate("answers", "server_job", "the running API request's id or None")
 
     # ----- layout -----------------------------------------------------------------------------
 
@@ -171,13 +152,13 @@ class MainWindow(QMainWindow):
 
     @guarded
     def new_conversation(self) -> None:
-        if self.current_conv is not None and not self.chats.messages(self.current_conv):
-            self.open_conversation(self.current_conv)  # reuse an empty chat, don't pile up
+        if self.chats.current is not None and not self.chats.messages(self.chats.current):
+            self.open_conversation(self.chats.current)  # reuse an empty chat, don't pile up
             return
         self._cancel_edit()
-        self.current_conv = self.storage.create_conversation()
+        self.chats.current = self.storage.create_conversation()
         self.chats.refresh()
-        self.open_conversation(self.current_conv)
+        self.open_conversation(self.chats.current)
         self.composer.input.setFocus()
 
     @guarded
@@ -187,7 +168,7 @@ class MainWindow(QMainWindow):
             return
         self.pane.flush_system_prompt()
         self._cancel_edit()
-        self.current_conv = conv_id
+        self.chats.current = conv_id
         self.pane.show_chat(conv.title, conv.system_prompt)
         self.render_conversation()
         self.sidebar.set_conversations(
@@ -196,24 +177,23 @@ class MainWindow(QMainWindow):
 
     def render_conversation(self) -> None:
         self.chat.clear()
-        if self.current_conv is None:
+        if self.chats.current is None:
             self._update_regenerate()
             return
         last_record = None
-        for m in self.chats.messages(self.current_conv):
+        for m in self.chats.messages(self.chats.current):
             runs = expand_runs(m.content, (m.stats or {}).get("runs"))
             widget = self._add_widget(m.role, m.content, m.id, runs)
             if m.role == "assistant" and m.stats:
                 widget.set_footer(footer_line(m.stats))
                 last_record = m.stats
-        if self.active is not None and self.active.conv_id == self.current_conv:
+        active = self.answers.active
+        if active is not None and active.conv_id == self.chats.current:
             # an answer still streaming into this chat: show it again
-            self.active.widget = self._add_widget(
-                "assistant", self.active.text, None, self.active.runs
-            )
-            self.active.widget.set_status("writing…")
+            active.widget = self._add_widget("assistant", active.text, None, active.runs)
+            active.widget.set_status("writing…")
         self._update_regenerate()
-        if self.active is None:
+        if active is None:
             self.stats.show_saved(last_record)
         self.chat.scroll_to_bottom()
 
@@ -236,7 +216,7 @@ class MainWindow(QMainWindow):
     def delete_conversation(self, conv_id: int, confirm: bool = False) -> None:
         if confirm and not self.chats.confirm_delete():
             return
-        if self.active is not None and self.active.conv_id == conv_id:
+        if self.answers.active is not None and self.answers.active.conv_id == conv_id:
             self.stop()
         self.chats.delete(conv_id)
 
@@ -249,13 +229,13 @@ class MainWindow(QMainWindow):
     def send_message(self, text: str) -> bool:
         """Send `text` (or resend an edited message). False when nothing was started."""
         text = text.strip()
-        if not text or self.active is not None:
+        if not text or self.answers.active is not None:
             return False
         self.pane.flush_system_prompt()
         try:
-            if self.current_conv is None:
-                self.current_conv = self.storage.create_conversation()
-            title = self.storage.add_user_message(self.current_conv, text, self.editing_id)
+            if self.chats.current is None:
+                self.chats.current = self.storage.create_conversation()
+            title = self.storage.add_user_message(self.chats.current, text, self.editing_id)
         except StorageError as exc:
             self.banner.show_message(str(exc))
             return False
@@ -272,16 +252,16 @@ class MainWindow(QMainWindow):
 
     @guarded
     def _start_answer(self) -> None:
-        conv_id = self.current_conv
+        conv_id = self.chats.current
         conv = self.storage.conversation(conv_id)
         messages = [{"role": m.role, "content": m.content} for m in self.chats.messages(conv_id)]
         if conv is not None and conv.system_prompt.strip():
             messages.insert(0, {"role": "system", "content": conv.system_prompt.strip()})
         widget = self._add_widget("assistant", "", None, None)
-        if self.server_job is not None:
+        if self.answers.server_job is not None:
             widget.set_status("waiting for the local server…")  # one engine: it takes turns
         else:
-            ready = self.engine_state == "ready"
+            ready = self.engine_link.state == "ready"
             widget.set_status("thinking…" if ready else "waiting for the model…")
         # queued to the worker thread: nothing arrives before this method returns
         self.answers.start(messages, self.settings, conv_id, widget)
@@ -293,13 +273,13 @@ class MainWindow(QMainWindow):
 
     def stop(self) -> None:
         if self.answers.stop():
-            self.active.widget.set_status("stopping…")
+            self.answers.active.widget.set_status("stopping…")
 
     @guarded
     def regenerate(self) -> None:
-        if self.active is not None or self.current_conv is None:
+        if self.answers.active is not None or self.chats.current is None:
             return
-        messages = self.chats.messages(self.current_conv)
+        messages = self.chats.messages(self.chats.current)
         if not messages:
             return
         if messages[-1].role == "assistant":
@@ -311,7 +291,7 @@ class MainWindow(QMainWindow):
         self._start_answer()
 
     def edit_message(self, widget: MessageWidget) -> None:
-        if self.active is not None or widget.message_id is None:
+        if self.answers.active is not None or widget.message_id is None:
             return
         self.editing_id = widget.message_id
         self.composer.set_text(widget.text)
@@ -328,10 +308,10 @@ class MainWindow(QMainWindow):
         self.status_label.setText("Message copied")
 
     def _update_regenerate(self) -> None:
-        self.pane.update_regenerate(answering=self.active is not None)
+        self.pane.update_regenerate(answering=self.answers.active is not None)
 
     def _show_answer_text(self, a: ActiveAnswer) -> None:
-        if a.conv_id == self.current_conv:
+        if a.conv_id == self.chats.current:
             a.widget.set_text(a.text, self._tint(a.runs))
             a.widget.set_status("writing…")
 
@@ -339,7 +319,7 @@ class MainWindow(QMainWindow):
         self, a: ActiveAnswer, fin: Finished, record: dict | None, msg_id: int | None
     ) -> None:
         # the user may have opened another chat meanwhile: then the card is gone, only saved
-        shown = a.conv_id == self.current_conv and a.widget in self.chat.messages
+        shown = a.conv_id == self.chats.current and a.widget in self.chat.messages
         if record is None:  # stopped before the first token: nothing was saved
             if shown:
                 self.chat.remove(a.widget)
@@ -354,7 +334,7 @@ class MainWindow(QMainWindow):
         self._update_regenerate()
         self.chats.refresh()
 
-    def _show_failed_answer(self, a: ActiveAnswer, message: str, kind: str) -> None:
+    def _show_failed_answer(self, a: ActiveAnswer, message: str, kind: ErrorKind) -> None:
         if a.widget in self.chat.messages:
             self.chat.remove(a.widget)
         hint = CONTEXT_HINT if kind == "context" else ""
@@ -366,7 +346,7 @@ class MainWindow(QMainWindow):
     # ----- settings, models, about ------------------------------------------------------------
 
     def settings_dialog(self) -> SettingsDialog:
-        model_id = self.engine_info.model_id if self.engine_info else self.settings.model
+        model_id = self.engine_link.info.model_id if self.engine_link.info else self.settings.model
         dialog = SettingsDialog(self.settings, hyflash_status(model_id), backend_status(), self)
         dialog.accepted.connect(lambda: self.apply_settings(dialog.values()))
         return dialog
@@ -430,7 +410,7 @@ class MainWindow(QMainWindow):
         from app.model_manager import ModelManager
         from engine.backends import probe
 
-        current = self.engine_info.model_id if self.engine_info else self.settings.model
+        current = self.engine_link.info.model_id if self.engine_link.info else self.settings.model
         dialog = ModelManager(current, probe().ram_bytes, self)
         dialog.modelChosen.connect(self.use_model)
         dialog.show()
@@ -440,7 +420,7 @@ class MainWindow(QMainWindow):
         self.apply_settings(replace(self.settings, model=model_id))
 
     def open_about(self) -> AboutDialog:
-        dialog = AboutDialog(self.engine_info, self)
+        dialog = AboutDialog(self.engine_link.info, self)
         dialog.open()
         return dialog
 
@@ -477,11 +457,11 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event) -> None:  # noqa: N802
         self.pane.flush_system_prompt()
-        if self.active is not None:
+        if self.answers.active is not None:
             # let the stopped answer arrive so its partial text is saved
             self.stop()
             deadline = time.monotonic() + 5.0
-            while self.active is not None and time.monotonic() < deadline:
+            while self.answers.active is not None and time.monotonic() < deadline:
                 QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
         self.answers.disconnect_host()
         self.engine_link.disconnect_host()

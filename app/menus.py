@@ -18,7 +18,6 @@ class MenuHost(Protocol):
     import the window that builds it)."""
 
     chats: Conversations
-    current_conv: int | None
     settings: AppSettings
 
     def menuBar(self) -> QMenuBar: ...  # noqa: N802 (Qt's name)
@@ -73,13 +72,13 @@ def build_menus(window: MenuHost) -> WindowActions:
         window,
         file,
         "Export chat as Markdown…",
-        lambda: window.chats.export_dialog(window.current_conv, "md"),
+        lambda: window.chats.export_dialog(window.chats.current, "md"),
     )
     _add(
         window,
         file,
         "Export chat as JSON…",
-        lambda: window.chats.export_dialog(window.current_conv, "json"),
+        lambda: window.chats.export_dialog(window.chats.current, "json"),
     )
     file.addSeparator()
     _add(window, file, "Quit", window.close, "Ctrl+Q")

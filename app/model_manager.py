@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 from app.speedup_dialog import SpeedupDialog
 from app.speedup_job import unfinished_job
 from engine.catalog import CatalogEntry, load_catalog
-from engine.engine import hyflash_status
+from engine.drafter_spec import hyflash_status
 from engine.events import EngineError
 from engine.models import resolve_target
 from engine.units import format_size

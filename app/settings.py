@@ -15,27 +15,21 @@ from pathlib import Path
 from app.paths import config_dir, move_aside
 from engine.atomic_files import write_json
 from engine.backends import BACKEND_NAMES
-from engine.blocksize import DEFAULT_MAX_BLOCK
 from engine.drafters import DRAFTER_CHOICES
 from engine.events import DEFAULT_N_CTX, GenerationSettings
+from engine.options import DEFAULT_DRAFTER, EXTRA_BUFTS, OPTION, VERIFY_MODES, defaults
 
 SETTINGS_FILE = "settings.json"
-# The dialog offers auto, 1 (off) and 2..16, narrower than GenerationSettings' 1..32: the
-# engine the app loads sizes its verify plan and auto chooser for DEFAULT_MAX_BLOCK.
-MAX_UI_BLOCK = DEFAULT_MAX_BLOCK
-MAX_UI_TOKENS = 32768  # the dialog's largest max tokens per answer
+# The generation options the app offers and its defaults for them: engine.options' "app"
+# column (which also says why they differ from the CLI's and the server's).
+APP_DEFAULTS = defaults("app")
+GENERATION_FIELDS = tuple(APP_DEFAULTS)
 # The engine lists its drafters simplest first; the app offers the best first.
 DRAFTERS = tuple(reversed(DRAFTER_CHOICES))
 DRAFTER_LABELS = {"hyflash": "HyFlash (learned)", "ngram": "N-gram lookup", "none": "None"}
 BACKENDS = BACKEND_NAMES
 THEMES = ("system", "light", "dark")
-# The engine takes any temperature >= 0; past 2 answers are noise, so the app stops there.
-MAX_TEMPERATURE = 2.0
 MIN_UI_TOP_P = 0.01  # the dialog's step; a settings file may hold any top-p in (0, 1]
-# llama.cpp's extra buffer types (auto = the kernel check decides) and how verified blocks are
-# split for exactness (engine.kernels).
-EXTRA_BUFTS = ("auto", "on", "off")
-VERIFY_MODES = ("auto", "exact", "fast")
 # Changing one of these rebuilds the llama.cpp context, so the model is reloaded. The names are
 # shared by AppSettings and app.worker.EngineConfig.
 RELOAD_FIELDS = ("model", "n_ctx", "n_threads", "backend", "extra_bufts", "verify_mode")
@@ -52,11 +46,11 @@ def auto_threads() -> int:
 
 @dataclass
 class AppSettings:
-    block_size: str | int = "auto"  # "auto" or 1..16 (1 = speculation off)
-    drafter: str = "hyflash"  # falls back to ngram where no HyFlash drafter fits the model
-    temperature: float = 0.2
-    top_p: float = 0.9
-    max_tokens: int = 512
+    block_size: str | int = APP_DEFAULTS["block_size"]  # "auto" or 1..16 (1 = speculation off)
+    drafter: str = DEFAULT_DRAFTER  # falls back to ngram where no HyFlash drafter fits the model
+    temperature: float = APP_DEFAULTS["temperature"]
+    top_p: float = APP_DEFAULTS["top_p"]
+    max_tokens: int = APP_DEFAULTS["max_tokens"]
     n_ctx: int = DEFAULT_N_CTX
     n_threads: int = 0  # 0 = auto_threads()
     backend: str = "auto"
@@ -71,12 +65,7 @@ class AppSettings:
     server_port: int = 8000  # 0 = any free port
 
     def generation_settings(self) -> GenerationSettings:
-        return GenerationSettings(
-            max_tokens=self.max_tokens,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            block_size=self.block_size,
-        )
+        return GenerationSettings(**{name: getattr(self, name) for name in GENERATION_FIELDS})
 
     def threads(self) -> int:
         return self.n_threads or auto_threads()
@@ -85,24 +74,16 @@ class AppSettings:
         return asdict(self)
 
 
-# Fields of GenerationSettings the app keeps: their check is GenerationSettings' own.
-GENERATION_FIELDS = ("block_size", "temperature", "top_p", "max_tokens")
-
-
 def _generation_problem(name: str, value: object) -> str | None:
-    """GenerationSettings' message when it refuses `value` for `name` (the other fields at
-    their defaults, so each is judged alone), else the app's narrower range's."""
-    try:
-        GenerationSettings(**{name: value})
-    except ValueError as exc:
-        return str(exc)
-    if name == "block_size" and value != "auto" and value > MAX_UI_BLOCK:
-        return f"block size must be 'auto' or 1..{MAX_UI_BLOCK} in the app, not {value!r}"
-    if name == "temperature" and value > MAX_TEMPERATURE:
-        return f"temperature must be at most {MAX_TEMPERATURE}, not {value!r}"
-    if name == "max_tokens" and value > MAX_UI_TOKENS:
-        return f"max tokens must be at most {MAX_UI_TOKENS} in the app, not {value!r}"
-    return None
+    """GenerationSettings' message when it refuses `value` for `name` (engine.options' row),
+    else the one of the app's narrower range where the row has one."""
+    option = OPTION[name]
+    why = option.problem(value)
+    most = option.app_max
+    if why is None and most is not None and value != "auto" and value > most:
+        allowed = f"'auto' or 1..{most}" if name == "block_size" else f"at most {most}"
+        why = f"{option.label} must be {allowed} in the app, not {value!r}"
+    return why
 
 
 def _problem(name: str, value: object) -> str | None:
@@ -137,7 +118,8 @@ def validate(data: dict) -> tuple[AppSettings, dict[str, str]]:
         value = data[f.name]
         why = _problem(f.name, value)
         if why is None:
-            values[f.name] = float(value) if f.name in ("temperature", "top_p") else value
+            floats = f.name in GENERATION_FIELDS and OPTION[f.name].type is float
+            values[f.name] = float(value) if floats else value
         else:
             problems[f.name] = why
     return replace(AppSettings(), **values), problems

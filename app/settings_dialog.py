@@ -25,18 +25,14 @@ from app.settings import (
     BACKENDS,
     DRAFTER_LABELS,
     DRAFTERS,
-    EXTRA_BUFTS,
-    MAX_TEMPERATURE,
-    MAX_UI_BLOCK,
-    MAX_UI_TOKENS,
     MIN_UI_TOP_P,
     THEMES,
-    VERIFY_MODES,
     AppSettings,
     auto_threads,
     needs_reload,
 )
 from engine.backends import DISPLAY as BACKEND_DISPLAY
+from engine.options import EXTRA_BUFTS, OPTION, VERIFY_MODES
 
 BACKEND_LABELS = {"auto": "Auto", **BACKEND_DISPLAY}
 RELOAD_LABELS = {
@@ -123,11 +119,15 @@ class SettingsDialog(QDialog):
     def _answers_group(self, hyflash: tuple[bool, str]) -> QGroupBox:
         gen = QGroupBox("Answers (apply to the next answer)")
         form = QFormLayout(gen)
+        # The ranges keep values GenerationSettings accepts, within the app's own limits
+        # (engine.options' rows), and only those; the rows' help are the tooltips.
+        block, temperature = OPTION["block_size"], OPTION["temperature"]
+        top_p, max_tokens = OPTION["top_p"], OPTION["max_tokens"]
         self.block = _combo(
             [("Auto (chosen per step)", "auto"), ("1 (speculation off)", 1)]
-            + [(str(n), n) for n in range(2, MAX_UI_BLOCK + 1)]
+            + [(str(n), n) for n in range(2, block.app_max + 1)]
         )
-        self.block.setToolTip("Tokens the model verifies per step: drafts + 1")
+        self.block.setToolTip(block.help)
         form.addRow("Draft block size", self.block)
         self.drafter = _combo([(DRAFTER_LABELS.get(d, d), d) for d in DRAFTERS])
         ok, why = hyflash
@@ -136,13 +136,14 @@ class SettingsDialog(QDialog):
             self.drafter.setItemText(DRAFTERS.index("hyflash"), "HyFlash (not installed)")
         self.drafter.setToolTip("Switching drafters does not reload the model")
         form.addRow("Drafter", self.drafter)
-        # The ranges keep values GenerationSettings accepts (engine.events), and only those.
-        self.temperature = _double_spin(0.0, MAX_TEMPERATURE, 0.1)
-        self.temperature.setToolTip("0 = greedy (always the most likely token)")
+        self.temperature = _double_spin(0.0, temperature.app_max, 0.1)
+        self.temperature.setToolTip(temperature.help)
         form.addRow("Temperature", self.temperature)
         self.top_p = _double_spin(MIN_UI_TOP_P, 1.0, 0.05)
+        self.top_p.setToolTip(top_p.help)
         form.addRow("Top-p", self.top_p)
-        self.max_tokens = _spin(1, MAX_UI_TOKENS, 64)
+        self.max_tokens = _spin(1, max_tokens.app_max, 64)
+        self.max_tokens.setToolTip(max_tokens.help)
         form.addRow("Max tokens per answer", self.max_tokens)
         return gen
 

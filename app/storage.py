@@ -19,8 +19,7 @@ from app.markdown import Run
 from app.paths import data_dir, move_aside
 
 if TYPE_CHECKING:
-    from engine.engine import EngineInfo
-    from engine.events import Finished
+    from engine.events import EngineInfo, Finished
 
 DB_FILE = "chats.sqlite3"
 SCHEMA_VERSION = 1

@@ -32,6 +32,7 @@ from engine.events import (
     StepStats,
     TextDelta,
 )
+from engine.options import FALLBACK_DRAFTER
 
 EMIT_INTERVAL_S = 1 / 30  # at most ~30 UI updates per second
 _request_ids = itertools.count(1)
@@ -40,7 +41,7 @@ _request_ids = itertools.count(1)
 @dataclass(frozen=True)
 class EngineConfig:
     model: str | None = None
-    drafter: str = "ngram"
+    drafter: str = FALLBACK_DRAFTER  # Engine's own default; the app's is AppSettings'
     n_ctx: int = DEFAULT_N_CTX
     n_threads: int | None = None
     backend: str = "auto"
@@ -67,7 +68,7 @@ class StatsUpdate:
 class EngineWorker(QObject):
     # model state: "unloaded" | "loading" | "ready" | "failed"
     stateChanged = Signal(str, str)  # state, human message
-    loaded = Signal(object)  # engine.engine.EngineInfo
+    loaded = Signal(object)  # engine.events.EngineInfo
     loadFailed = Signal(str)
     drafterChanged = Signal(str)  # the drafter now in use
     drafterFailed = Signal(str)  # why the requested drafter could not be used
@@ -75,7 +76,7 @@ class EngineWorker(QObject):
     textDelta = Signal(int, object)  # request id, list[Run]
     stepStats = Signal(int, object)  # request id, StatsUpdate
     finished = Signal(int, object)  # request id, engine.events.Finished
-    error = Signal(int, str, str)  # request id, message, kind
+    error = Signal(int, str, str)  # request id, message, kind (engine.events.ErrorKind)
     # the local server: an API request started / ended (request id, what asked)
     serverJobStarted = Signal(int, str)
     serverJobEnded = Signal(int)
@@ -122,7 +123,7 @@ class EngineWorker(QObject):
             self.loadFailed.emit(message)
             return
         self.engine, self.config = engine, config
-        self._apply_drafter(config.drafter, fallback="ngram")
+        self._apply_drafter(config.drafter, fallback=FALLBACK_DRAFTER)
         self.loaded.emit(engine.info())  # before "ready": whoever sees ready has the info
         self.stateChanged.emit("ready", "Ready")
 
@@ -135,16 +136,16 @@ class EngineWorker(QObject):
         self.loaded.emit(self.engine.info())
 
     def _apply_drafter(self, spec: str, fallback: str | None) -> None:
+        """The engine's drafter policy (Engine.set_drafter): a drafter that does not fit
+        keeps the old one, or takes `fallback`; either way the user is told why."""
         try:
-            self.engine.set_drafter(spec)
+            note = self.engine.set_drafter(spec, fallback)
         except DrafterMismatchError as exc:
-            message = str(exc)
-            if fallback and fallback != spec:
-                self.engine.set_drafter(fallback)
-                message += f" Using the {fallback} drafter instead."
-            self.drafterFailed.emit(message)
+            note = str(exc)
         except Exception as exc:  # noqa: BLE001 - a broken drafter file keeps the old drafter
-            self.drafterFailed.emit(f"The drafter '{spec}' could not be loaded: {exc}")
+            note = f"The drafter '{spec}' could not be loaded: {exc}"
+        if note:
+            self.drafterFailed.emit(note)
         self.drafterChanged.emit(self.engine.drafter.name)
 
     @Slot(object)

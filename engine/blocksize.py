@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.events import MAX_BLOCK_SIZE  # the settings' range (GenerationSettings) owns it
+from engine.options import DEFAULT_MAX_BLOCK, MAX_BLOCK_SIZE  # the settings' table owns them
 
-DEFAULT_MAX_BLOCK = 16  # the largest block the engine verifies unless told otherwise
 PROFILE_SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
 EXPLORE_EVERY = 32  # steps between drafter calls even when drafting does not seem to pay
 # Bucket suffix for proposals made right after one the target took whole (2+ tokens): on
@@ -181,7 +180,7 @@ class FixedBlock:
 
 
 class BlockSizeChooser:
-    def __init__(self, cost: CostModel, max_block: int = 16) -> None:
+    def __init__(self, cost: CostModel, max_block: int = DEFAULT_MAX_BLOCK) -> None:
         self.cost = cost
         self.max_block = max_block
         self.estimator = AcceptanceEstimator()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from engine.backends import BackendChoice, choose, probe
@@ -16,102 +15,47 @@ from engine.blocksize import (
     CostModel,
     profile_costs,
 )
-from engine.catalog import load_catalog
 from engine.chat_template import ChatTemplate
-from engine.drafters import DRAFTER_CHOICES, NgramDrafter, NoDrafter
+from engine.drafter_spec import drafter_folder, parse_drafter_spec
+from engine.drafters import NgramDrafter, NoDrafter
 from engine.drafters.base import Drafter
 from engine.events import (
     DEFAULT_N_CTX,
     DrafterMismatchError,
     EngineError,
+    EngineInfo,
     ErrorEvent,
     Event,
     GenerationSettings,
 )
 from engine.kernels import decide, requested_verify_mode
 from engine.models import resolve_target
-from engine.paths import resources_dir
+from engine.options import FALLBACK_DRAFTER
 from engine.speculative import generate_tokens
 from engine.target import LlamaTarget, default_threads
-from engine.user_drafters import find_drafter
-
-
-@dataclass(frozen=True)
-class EngineInfo:
-    model_id: str
-    model_path: str
-    n_ctx: int
-    n_threads: int
-    backend: str
-    backend_reason: str
-    drafter: str
-    model_bytes: int
-    kv_bytes_per_token: int
-    kernels: tuple[str, ...]  # what the kernel check found, one line per configuration
-    verify_mode: str  # "exact" | "fast"
-    verify_chunk: int  # most rows per verify decode; 0 = whole blocks
-    verify_reason: str
-
-
-def hyflash_drafter_dir(model_id: str, model_path: Path | None = None) -> Path:
-    """The folder of a model's HyFlash drafter: the one shipped for a catalog model, else one
-    `hyflash speedup` installed for its GGUF (found by the catalog's pinned sha256 or by the
-    file at model_path), or a clear error."""
-    entry = load_catalog().get(model_id)
-    if entry is not None and entry.drafter:
-        folder = resources_dir() / "drafters" / entry.drafter
-        if (folder / "card.json").exists():
-            return folder
-    pinned = entry.source.get("sha256") if entry is not None else None
-    if pinned or model_path is not None:
-        user = find_drafter(sha256=pinned, gguf=model_path)
-        if user is not None:
-            return user
-    if entry is None or not entry.drafter:
-        raise DrafterMismatchError(
-            f"No HyFlash drafter exists for the model '{model_id}' (`hyflash speedup --model "
-            f"{model_path or model_id}` trains one)."
-        )
-    raise DrafterMismatchError(
-        f"The HyFlash drafter '{entry.drafter}' for '{model_id}' is not installed. "
-        "Choose the n-gram drafter or none."
-    )
-
-
-def hyflash_status(model_id: str, model_path: Path | None = None) -> tuple[bool, str]:
-    """(available, why not) for the HyFlash drafter of a model, without loading it."""
-    try:
-        hyflash_drafter_dir(model_id, model_path)
-    except DrafterMismatchError as exc:
-        return False, str(exc)
-    return True, ""
 
 
 def make_drafter(
     spec: str, model_id: str, target: LlamaTarget, backend: BackendChoice | None = None
 ) -> Drafter:
-    """'none', 'ngram', 'hyflash' (the drafter for this target: shipped, else installed by
-    `hyflash speedup`), a drafter path, or
-    'hybrid:<one of those>' (n-gram lookup on a 3-token match, else that drafter). A learned
-    drafter may name its weights: 'hyflash@int8' (fp32 | int8 | int4; default: the card's)."""
-    if spec == "none":
-        return NoDrafter()
-    if spec == "ngram":
-        return NgramDrafter()
-    if spec.startswith("hybrid:"):
+    """The drafter a spec names (engine.drafter_spec) for this target; one that does not fit
+    it, or a spec that names none, raises DrafterMismatchError."""
+    parsed = parse_drafter_spec(spec)
+    if parsed.name == "none":
+        drafter: Drafter = NoDrafter()
+    elif parsed.name == "ngram":
+        drafter = NgramDrafter()
+    else:
+        path = drafter_folder(parsed, model_id, target.path)
+        from engine.drafters.hyflash import HyFlashDrafter  # onnxruntime only when used
+
+        providers = list(backend.drafter_providers) if backend else None
+        drafter = HyFlashDrafter.load(path, target, providers=providers, weights=parsed.weights)
+    if parsed.hybrid:
         from engine.drafters.hybrid import HybridDrafter
 
-        return HybridDrafter(make_drafter(spec.split(":", 1)[1], model_id, target, backend))
-    spec, _, weights = spec.partition("@")
-    path = hyflash_drafter_dir(model_id, target.path) if spec == "hyflash" else Path(spec)
-    if not path.exists():
-        raise DrafterMismatchError(
-            f"Unknown drafter '{spec}': use one of {', '.join(DRAFTER_CHOICES)} or a drafter folder"
-        )
-    from engine.drafters.hyflash import HyFlashDrafter  # onnxruntime only when used
-
-    providers = list(backend.drafter_providers) if backend else None
-    return HyFlashDrafter.load(path, target, providers=providers, weights=weights or None)
+        return HybridDrafter(drafter)
+    return drafter
 
 
 class Engine:
@@ -119,7 +63,7 @@ class Engine:
         self,
         model: str | Path | None = None,
         *,
-        drafter: str = "ngram",
+        drafter: str = FALLBACK_DRAFTER,  # why not the surfaces' "hyflash": engine.options
         n_ctx: int = DEFAULT_N_CTX,
         n_threads: int | None = None,
         backend: str | None = None,
@@ -180,15 +124,29 @@ class Engine:
         """auto | exact | fast, without reloading (engine.kernels.VerifyPlan)."""
         self.verify = self.kernels.verify_plan(requested_verify_mode(mode), self.max_block)
 
-    def set_drafter(self, spec: str) -> None:
-        """Switch drafters without reloading the target; a mismatch keeps the old one."""
-        self.drafter = make_drafter(spec, self.model_id, self.target, self.backend)
+    def set_drafter(self, spec: str, fallback: str | None = None) -> str | None:
+        """Switch drafters without reloading the target. A drafter that does not fit it
+        (DrafterMismatchError) keeps the old one; with `fallback`, that one is taken instead
+        and the return value says why, in a line for the user (None: `spec` is in use). This
+        is how the CLI, the server and the app fall back: the model is loaded and timed once,
+        with no drafter, and only the drafter is swapped."""
+        try:
+            self._use(make_drafter(spec, self.model_id, self.target, self.backend))
+        except DrafterMismatchError as exc:
+            if fallback is None or fallback == spec:
+                raise
+            self._use(make_drafter(fallback, self.model_id, self.target, self.backend))
+            return f"{exc} Using the {fallback} drafter instead."
+        return None
+
+    def _use(self, drafter: Drafter) -> None:
+        self.drafter = drafter
         if self.cost is None:
             self.chooser = None
             return
-        if self.drafter.name not in self._choosers:
-            self._choosers[self.drafter.name] = BlockSizeChooser(self.cost, self.max_block)
-        self.chooser = self._choosers[self.drafter.name]
+        if drafter.name not in self._choosers:
+            self._choosers[drafter.name] = BlockSizeChooser(self.cost, self.max_block)
+        self.chooser = self._choosers[drafter.name]
 
     @contextmanager
     def use_drafter(self, spec: str | None) -> Iterator[None]:

@@ -7,32 +7,14 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from engine.events import (
-    DEFAULT_N_CTX,
-    MAX_BLOCK_SIZE,
-    DrafterMismatchError,
-    EngineError,
-    GenerationSettings,
-)
+from engine.events import DEFAULT_N_CTX, EngineError, GenerationSettings
 from engine.kernels import add_kernel_args, kernel_kwargs
+from engine.options import DEFAULT_DRAFTER, FALLBACK_DRAFTER, OPTIONS
 
 if TYPE_CHECKING:
     from engine.engine import Engine
 
-_DEFAULTS = GenerationSettings()
-BLOCK_SIZE_HELP = f"N (1..{MAX_BLOCK_SIZE}) or auto"
-
-
-def block_size_arg(value: str) -> int | str:
-    """The type of --block-size: 'auto' or a number (its range is checked where it is used)."""
-    if value == "auto":
-        return value
-    try:
-        return int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"block size must be 'auto' or a number, not {value!r}"
-        ) from None
+CLI_OPTIONS = tuple(o for o in OPTIONS if o.type is not None)  # all but the server's stop
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -42,8 +24,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--drafter",
         default=None,
-        help="none | ngram | hyflash | PATH (default: hyflash where one is shipped for the "
-        "model, else ngram)",
+        help=f"none | ngram | hyflash | PATH (default: {DEFAULT_DRAFTER} where the model has "
+        f"one, else {FALLBACK_DRAFTER})",
     )
     p.add_argument("--n-ctx", type=int, default=DEFAULT_N_CTX, help="context length in tokens")
     p.add_argument(
@@ -53,14 +35,14 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--block-size", type=block_size_arg, default=_DEFAULTS.block_size, help=BLOCK_SIZE_HELP
-    )
-    p.add_argument("--temperature", type=float, default=_DEFAULTS.temperature)
-    p.add_argument("--top-p", type=float, default=_DEFAULTS.top_p)
-    p.add_argument("--top-k", type=int, default=_DEFAULTS.top_k)
-    p.add_argument("--max-tokens", type=int, default=_DEFAULTS.max_tokens)
-    p.add_argument("--seed", type=int, default=_DEFAULTS.seed)
+    """One flag per generation option (engine.options), at the engine's defaults."""
+    for option in CLI_OPTIONS:
+        p.add_argument(
+            option.flag,
+            type=option.type,
+            default=option.default,
+            help=f"{option.help} [{option.range}; default: %(default)s]",
+        )
 
 
 def generation_settings(args: argparse.Namespace) -> GenerationSettings:
@@ -68,36 +50,31 @@ def generation_settings(args: argparse.Namespace) -> GenerationSettings:
     raise EngineError with GenerationSettings' message (the CLI prints it), before a model is
     loaded for nothing."""
     try:
-        return GenerationSettings(
-            max_tokens=args.max_tokens,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            top_k=args.top_k,
-            seed=args.seed,
-            block_size=args.block_size,
-        )
+        return GenerationSettings(**{o.name: getattr(args, o.name) for o in CLI_OPTIONS})
     except ValueError as exc:
         raise EngineError(str(exc)) from None
 
 
 def load_engine(args: argparse.Namespace) -> Engine:
-    """The engine of add_engine_args' options; without --drafter, the shipped HyFlash drafter
-    where the model has one, else the n-gram drafter."""
-    from engine.engine import Engine
+    """The engine of add_engine_args' options, loaded and timed once with no drafter, then
+    given its drafter: --drafter's, else the HyFlash drafter, or the n-gram one (with a note
+    on stderr) where the model has none."""
+    from engine.engine import Engine  # llama.cpp loads only for commands that generate
 
-    def load(drafter: str) -> Engine:
-        return Engine(
-            args.model,
-            drafter=drafter,
-            n_ctx=args.n_ctx,
-            n_threads=args.threads,
-            **kernel_kwargs(args),
-        )
-
-    if args.drafter is not None:
-        return load(args.drafter)
+    engine = Engine(
+        args.model,
+        drafter="none",
+        n_ctx=args.n_ctx,
+        n_threads=args.threads,
+        **kernel_kwargs(args),
+    )
     try:
-        return load("hyflash")
-    except DrafterMismatchError as exc:
-        print(f"note: {exc} Using the n-gram drafter.", file=sys.stderr)
-        return load("ngram")
+        note = engine.set_drafter(
+            args.drafter or DEFAULT_DRAFTER, None if args.drafter else FALLBACK_DRAFTER
+        )
+    except BaseException:
+        engine.close()
+        raise
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    return engine

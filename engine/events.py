@@ -1,10 +1,13 @@
-"""Events yielded by `Engine.generate`: the one narrow API shared by CLI, GUI and benchmarks."""
+"""Events yielded by `Engine.generate`, what an engine reports about itself (EngineInfo) and
+the settings of one generation: the one narrow API shared by CLI, server, GUI and benchmarks.
+Light (no llama.cpp): the app imports it on its UI thread."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
-from numbers import Integral, Real
+from typing import Literal, get_args
+
+from engine.options import OPTIONS, defaults
 
 
 class EngineError(Exception):
@@ -76,14 +79,46 @@ class Finished:
     elapsed_s: float = 0.0
 
 
+# What an ErrorEvent (and the app worker's error signal) reports, so a surface can answer in
+# kind: the server's status code (engine.server.protocol.engine_error), the app's hint.
+ErrorKind = Literal[
+    "input",  # what was asked cannot be generated (an empty prompt, a bad message list): 400
+    "context",  # the prompt does not fit the context: 400, and the app suggests a new chat
+    "drafter",  # a server request's drafter does not fit the model: 400
+    "unavailable",  # the server is shutting down or cannot take the job: 503
+    "internal",  # an unexpected exception in a server job: 500
+    "error",  # the engine failed while generating (llama.cpp refused a decode): 500
+    "model",  # the app's worker: no model is loaded to answer with
+]
+ERROR_KINDS: tuple[ErrorKind, ...] = get_args(ErrorKind)
+
+
 @dataclass(frozen=True)
 class ErrorEvent:
     message: str
-    kind: str = "error"  # "context" | "input" | "error"
+    kind: ErrorKind = "error"
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """A loaded engine, as the app, the server and the benchmarks show it (Engine.info)."""
+
+    model_id: str
+    model_path: str
+    n_ctx: int
+    n_threads: int
+    backend: str
+    backend_reason: str
+    drafter: str
+    model_bytes: int
+    kv_bytes_per_token: int
+    kernels: tuple[str, ...]  # what the kernel check found, one line per configuration
+    verify_mode: str  # "exact" | "fast"
+    verify_chunk: int  # most rows per verify decode; 0 = whole blocks
+    verify_reason: str
 
 
 DEFAULT_N_CTX = 4096  # context length in tokens when the caller does not choose one
-MAX_BLOCK_SIZE = 32  # the largest block (anchor + drafts) one target decode verifies
 
 
 class SettingError(ValueError):
@@ -95,67 +130,30 @@ class SettingError(ValueError):
         self.field = field
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool)
-
-
-def validate_block_size(block_size: object) -> int | None:
-    """None for auto; otherwise the fixed block size. Raises SettingError (a ValueError) with
-    a clear message; a number written as text ("4") is refused, not read."""
-    if block_size == "auto" and isinstance(block_size, str):
-        return None
-    if not _is_int(block_size) or not 1 <= block_size <= MAX_BLOCK_SIZE:
-        raise SettingError(
-            "block_size", f"block size must be 'auto' or 1..{MAX_BLOCK_SIZE}, not {block_size!r}"
-        )
-    return int(block_size)
-
-
-def _check_sampling(settings: GenerationSettings) -> None:
-    """Temperature, top-p and top-k: what no sampler can honour raises SettingError."""
-    temperature, top_p, top_k = settings.temperature, settings.top_p, settings.top_k
-    if not (_is_number(temperature) and temperature >= 0):  # also refuses NaN
-        raise SettingError(
-            "temperature", f"temperature must be 0 (greedy) or more, not {temperature!r}"
-        )
-    if math.isinf(temperature):
-        raise SettingError("temperature", f"temperature must be finite, not {temperature!r}")
-    if not (_is_number(top_p) and 0 < top_p <= 1):
-        raise SettingError("top_p", f"top-p must be above 0 and at most 1, not {top_p!r}")
-    if not (_is_int(top_k) and top_k >= 0):
-        raise SettingError("top_k", f"top-k must be 0 (off) or more, not {top_k!r}")
+_DEFAULT = defaults("engine")
 
 
 @dataclass
 class GenerationSettings:
-    """What one generation does. Checked when made: a value no generation can use raises
-    SettingError (a ValueError) whose one-line message names the field and its range, so
-    every surface (CLI, server, app, the loop) shows the same words and none checks again."""
+    """What one generation does; the fields, their ranges and defaults are engine.options'
+    rows. Checked when made: a value no generation can use raises SettingError (a ValueError)
+    whose one-line message names the field and its range, so every surface (CLI, server, app,
+    the loop) shows the same words and none checks again."""
 
-    max_tokens: int = 512
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0  # 0 = off
-    seed: int | None = None  # None = a fresh random seed per generation
-    block_size: int | str = "auto"  # "auto" or 1..MAX_BLOCK_SIZE (1 = plain decoding)
-    stop: list[str] = field(default_factory=list)
+    max_tokens: int = _DEFAULT["max_tokens"]
+    temperature: float = _DEFAULT["temperature"]
+    top_p: float = _DEFAULT["top_p"]
+    top_k: int = _DEFAULT["top_k"]  # 0 = off
+    seed: int | None = _DEFAULT["seed"]  # None = a fresh random seed per generation
+    block_size: int | str = _DEFAULT["block_size"]  # "auto" or 1..MAX_BLOCK_SIZE (1 = plain)
+    stop: list[str] = field(default_factory=lambda: list(_DEFAULT["stop"]))
     ignore_eos: bool = False  # keep going past end-of-generation tokens (benchmarks, tests)
 
     def __post_init__(self) -> None:
-        validate_block_size(self.block_size)
-        _check_sampling(self)
-        if not (_is_int(self.max_tokens) and self.max_tokens >= 1):
-            raise SettingError(
-                "max_tokens", f"max tokens must be at least 1, not {self.max_tokens!r}"
-            )
-        if self.seed is not None and not _is_int(self.seed):
-            raise SettingError("seed", f"seed must be a whole number or None, not {self.seed!r}")
-        if not (isinstance(self.stop, list | tuple) and all(isinstance(s, str) for s in self.stop)):
-            raise SettingError("stop", f"stop must be a list of strings, not {self.stop!r}")
+        for option in OPTIONS:
+            why = option.problem(getattr(self, option.name))
+            if why is not None:
+                raise SettingError(option.name, why)
         self.stop = list(self.stop)
 
     @property

@@ -36,12 +36,12 @@ from pathlib import Path
 from engine.atomic_files import read_json, write_json
 from engine.events import ModelLoadError
 from engine.file_hash import file_sha256
+from engine.options import EXTRA_BUFTS, VERIFY_MODES
 
 ENV_EXTRA_BUFTS = "HYFLASH_EXTRA_BUFTS"  # on | off: force extra buffer types either way
 ENV_VERIFY = "HYFLASH_VERIFY"  # auto | exact | fast
 ENV_CHECK = "HYFLASH_KERNEL_CHECK"  # off: no child check (exactness then unknown)
-VERIFY_MODES = ("auto", "exact", "fast")
-MAX_CHECK_ROWS = 32  # the engine never verifies more (events.MAX_BLOCK_SIZE)
+MAX_CHECK_ROWS = 32  # the engine never verifies more (options.MAX_BLOCK_SIZE)
 EXACT_MODE_MIN_ROWS = 4  # below this, chunked verification would cost most of the gain
 CHECK_FORMAT = 1  # bump when what the check measures changes: old verdicts are then ignored
 # Environment that changes which CPU kernels run, so it is part of the verdict's key.
@@ -447,14 +447,14 @@ def decide(
 def add_kernel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--extra-bufts",
-        choices=("auto", "on", "off"),
+        choices=EXTRA_BUFTS,
         default="auto",
         help="llama.cpp's extra weight buffer types (CPU repack, AMX); auto: the kernel check "
         "decides (also $HYFLASH_EXTRA_BUFTS)",
     )
     p.add_argument(
         "--verify-mode",
-        choices=("auto", "exact", "fast"),
+        choices=VERIFY_MODES,
         default=None,
         help="exact: verify in chunks whose rows equal single-token decodes; fast: whole "
         "blocks (default: $HYFLASH_VERIFY, else auto)",

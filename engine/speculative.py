@@ -37,7 +37,7 @@ from engine.sampling import (
     sample,
     warp_probs,
 )
-from engine.target import LlamaTarget
+from engine.target_protocol import Target
 
 
 class _TextStream:
@@ -102,7 +102,7 @@ def _judge(
     return judge
 
 
-def catch_up(drafter: Drafter, target: LlamaTarget, observed: int) -> int:
+def catch_up(drafter: Drafter, target: Target, observed: int) -> int:
     """Fold the committed tokens the drafter has not seen yet (cached positions observed..
     n_past-1, with their stored features) into it in one call; return the new count. The loop
     calls this only before a proposal, so a drafter that block size auto leaves idle costs
@@ -115,7 +115,7 @@ def catch_up(drafter: Drafter, target: LlamaTarget, observed: int) -> int:
 
 
 def verify_block(
-    target: LlamaTarget,
+    target: Target,
     block: Sequence[int],
     judge: Callable[[np.ndarray, int, int], tuple[int, int | None]],
     chunk: int | None = None,
@@ -158,7 +158,7 @@ class SpeculativeDecoder:
 
     def __init__(
         self,
-        target: LlamaTarget,
+        target: Target,
         drafter: Drafter,
         policy: FixedBlock | BlockSizeChooser,
         warp: Warp,
@@ -215,7 +215,7 @@ class SpeculativeDecoder:
 
 
 def _input_error(
-    target: LlamaTarget,
+    target: Target,
     prompt_tokens: Sequence[int],
     settings: GenerationSettings,
     chooser: BlockSizeChooser | None,
@@ -235,7 +235,7 @@ def _input_error(
 
 
 def _prefill(
-    target: LlamaTarget,
+    target: Target,
     prompt_tokens: Sequence[int],
     drafter: Drafter,
     cancel: threading.Event | None,
@@ -257,7 +257,7 @@ class _Emitter:
     """Committed tokens -> the tokens that are output (none past end-of-text, the length
     limit or a stop string) and their text deltas."""
 
-    def __init__(self, target: LlamaTarget, settings: GenerationSettings) -> None:
+    def __init__(self, target: Target, settings: GenerationSettings) -> None:
         self.target, self.settings = target, settings
         self.text = _TextStream(settings.stop)
         self.generated: list[int] = []
@@ -321,7 +321,7 @@ class _Counters:
         generated: int,
         decode_s: float,
         ttft: float,
-        target: LlamaTarget,
+        target: Target,
         drafter: Drafter,
     ) -> StepStats:
         return StepStats(
@@ -351,7 +351,7 @@ class _Counters:
 
 def _halted(
     out: _Emitter,
-    target: LlamaTarget,
+    target: Target,
     settings: GenerationSettings,
     cancel: threading.Event | None,
 ) -> bool:
@@ -371,7 +371,7 @@ def _halted(
 
 
 def generate_tokens(
-    target: LlamaTarget,
+    target: Target,
     drafter: Drafter,
     prompt_tokens: Sequence[int],
     settings: GenerationSettings,

@@ -13,7 +13,6 @@ import os
 import threading
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
@@ -28,6 +27,7 @@ from engine.events import (
 )
 from engine.kernels import KernelConfig, KernelVerdict, decide
 from engine.models import check_gguf, check_gguf_data
+from engine.target_protocol import DecodeOutput
 
 _GGML_TYPE_SIZE = {1: 2.0, 0: 4.0, 8: 34 / 32}  # f16, f32, q8_0 bytes per element (KV types)
 _LOG_LINES: deque[str] = deque(maxlen=400)
@@ -81,13 +81,6 @@ def _capture_layer_functions():
     return set_fn, get_fn
 
 
-@dataclass
-class DecodeOutput:
-    logits: np.ndarray  # (n, vocab) float32, a copy
-    features: np.ndarray | None  # (n, F): the drafter's features (see set_features)
-    layers: dict[int, np.ndarray]  # captured layer inputs, layer id -> (n, n_embd)
-
-
 def default_threads() -> int:
     # Physical cores are what matter for a compute-bound decode; os.cpu_count counts SMT threads.
     count = os.cpu_count() or 2
@@ -95,6 +88,8 @@ def default_threads() -> int:
 
 
 class LlamaTarget:
+    """The engine's Target (engine.target_protocol): a GGUF model run by llama.cpp."""
+
     def __init__(
         self,
         model_path: str | Path,

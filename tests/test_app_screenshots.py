@@ -67,16 +67,18 @@ def test_screenshot_during_an_answer(qtbot, host, tmp_path, monkeypatch, shot_di
     qtbot.addWidget(w)
     w.resize(1360, 860)
     w.show()
-    qtbot.waitUntil(lambda: w.engine_info is not None, timeout=60000)
+    qtbot.waitUntil(lambda: w.engine_link.info is not None, timeout=60000)
     w.set_system_prompt("You are a helpful assistant who writes short answers.")
     assert w.send_message("Write a Python function that reverses a string.")
-    qtbot.waitUntil(lambda: w.active is None, timeout=90000)
+    qtbot.waitUntil(lambda: w.answers.active is None, timeout=90000)
     assert w.send_message("Show the same function again, then explain it in one sentence.")
-    qtbot.waitUntil(lambda: w.active is not None and len(w.active.steps) >= 6, timeout=90000)
+    qtbot.waitUntil(
+        lambda: w.answers.active is not None and len(w.answers.active.steps) >= 6, timeout=90000
+    )
     streaming = w.grab().toImage()
     path = shot_dir / f"main-window-{theme_name}-streaming.png"
     assert streaming.save(str(path))
-    qtbot.waitUntil(lambda: w.active is None, timeout=90000)
+    qtbot.waitUntil(lambda: w.answers.active is None, timeout=90000)
     qtbot.wait(100)
     finished = w.grab().toImage()
     assert finished.save(str(shot_dir / f"main-window-{theme_name}-finished.png"))

@@ -43,7 +43,7 @@ def window(qtbot, host, tmp_path, monkeypatch):
     w = MainWindow(host=host)
     qtbot.addWidget(w)
     w.show()
-    qtbot.waitUntil(lambda: w.engine_info is not None, timeout=60000)
+    qtbot.waitUntil(lambda: w.engine_link.info is not None, timeout=60000)
     yield w
     w.server.stop()
 
@@ -81,7 +81,7 @@ def test_switch_serves_the_window_engine_with_live_stats_and_frees_the_port(qtbo
     assert SettingsStore().load()[0].server_enabled is True
     port = int(url.rsplit(":", 1)[1].split("/")[0])
 
-    model = window.engine_info.model_id
+    model = window.engine_link.info.model_id
     assert [m.id for m in OpenAI(base_url=url, api_key="x").models.list().data] == [model]
 
     live: list = []  # (request id, tokens) of each stats update the window got
@@ -93,13 +93,13 @@ def test_switch_serves_the_window_engine_with_live_stats_and_frees_the_port(qtbo
     try:
         out: dict = {}
         client = stream_in_thread(url, model, 32, out)
-        qtbot.waitUntil(lambda: window.server_job is not None, timeout=60000)
-        job_id = window.server_job
+        qtbot.waitUntil(lambda: window.answers.server_job is not None, timeout=60000)
+        job_id = window.answers.server_job
         assert window.server_label.text().startswith("API busy")
         assert "Answering POST /v1/chat/completions" in panel.status.text()
         qtbot.waitUntil(lambda: "last" in out, timeout=90000)
         client.join(5)
-        qtbot.waitUntil(lambda: window.server_job is None, timeout=10000)
+        qtbot.waitUntil(lambda: window.answers.server_job is None, timeout=10000)
     finally:
         host.worker.stepStats.disconnect(on_stats)
 
@@ -125,11 +125,11 @@ def test_switch_serves_the_window_engine_with_live_stats_and_frees_the_port(qtbo
 
 def test_window_chat_and_api_request_take_turns(qtbot, window, host):
     assert window.set_server_enabled(True, 0)
-    url, model = window.server.url, window.engine_info.model_id
+    url, model = window.server.url, window.engine_link.info.model_id
     stamps: dict[str, float] = {}
 
     def on_delta(rid, _runs) -> None:  # these run on the worker thread, at emit time
-        if window.active is not None and rid == window.active.request.id:
+        if window.answers.active is not None and rid == window.answers.active.request.id:
             stamps.setdefault("window_first_text", time.monotonic())
 
     def on_api_end(_rid) -> None:
@@ -141,18 +141,21 @@ def test_window_chat_and_api_request_take_turns(qtbot, window, host):
     try:
         out: dict = {}
         client = stream_in_thread(url, model, 32, out)
-        qtbot.waitUntil(lambda: window.server_job is not None, timeout=60000)
+        qtbot.waitUntil(lambda: window.answers.server_job is not None, timeout=60000)
         assert window.send_message("Say hello.")  # queued behind the API request
-        assert window.active.widget.status_label.text() == "waiting for the local server…"
-        qtbot.waitUntil(lambda: window.active is None, timeout=90000)
+        assert window.answers.active.widget.status_label.text() == "waiting for the local server…"
+        qtbot.waitUntil(lambda: window.answers.active is None, timeout=90000)
         client.join(30)
     finally:
         host.worker.textDelta.disconnect(on_delta)
         host.worker.serverJobEnded.disconnect(on_api_end)
-    assert out["text"] and window.last_finished.stop_reason in ("eos", "length")
+    assert out["text"] and window.answers.last_finished.stop_reason in ("eos", "length")
     # one engine, one queue: the window's answer began only after the API request ended
     assert stamps["window_first_text"] > stamps["api_end"]
-    assert window.storage.messages(window.current_conv)[-1].content == window.last_finished.text
+    assert (
+        window.storage.messages(window.chats.current)[-1].content
+        == window.answers.last_finished.text
+    )
     window.close()  # closing the window stops its server
     assert not window.server.running
 

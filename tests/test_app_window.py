@@ -50,14 +50,14 @@ def window(qtbot, host, dirs):
     w = MainWindow(host=host)
     qtbot.addWidget(w)
     w.show()
-    qtbot.waitUntil(lambda: w.engine_info is not None, timeout=60000)
+    qtbot.waitUntil(lambda: w.engine_link.info is not None, timeout=60000)
     return w
 
 
 def answer(qtbot, w: MainWindow, text: str, timeout_ms: int = 90000):
     assert w.send_message(text)
-    qtbot.waitUntil(lambda: w.active is None, timeout=timeout_ms)
-    return w.last_finished
+    qtbot.waitUntil(lambda: w.answers.active is None, timeout=timeout_ms)
+    return w.answers.last_finished
 
 
 def test_send_streams_answer_with_live_stats(qtbot, window, host):
@@ -89,7 +89,7 @@ def test_send_streams_answer_with_live_stats(qtbot, window, host):
     card = window.chat.messages[-1]
     assert card.role == "assistant" and card.text == fin.text
     assert "tok/s" in card.footer.text() and "τ" in card.footer.text()
-    saved = window.storage.messages(window.current_conv)
+    saved = window.storage.messages(window.chats.current)
     assert [m.role for m in saved] == ["user", "assistant"]
     assert saved[1].content == fin.text and saved[1].stats["tokens"] == len(fin.token_ids)
     assert saved[1].stats["step"]["target_kv_alloc_bytes"] > 0
@@ -107,19 +107,22 @@ def test_block_size_setting_applies_to_next_answer(qtbot, window, host):
     fin = answer(qtbot, window, "Count from one to ten in words.")
     assert fin.stats.block_size_mode == "fixed"
     assert updates and all(u.latest.block_size_mode == "fixed" for u in updates)
-    assert all(block <= 3 for _c, block in window.last_steps)
+    assert all(block <= 3 for _c, block in window.answers.last_steps)
     assert host.worker.engine is engine_before, "a block size change must not reload"
     assert window.stats.block.value.text().endswith("fixed")
 
 
 def test_stop_mid_answer_saves_partial_and_engine_is_idle(qtbot, window, host):
     assert window.send_message(LONG_PROMPT)
-    qtbot.waitUntil(lambda: window.active is not None and bool(window.active.text), timeout=60000)
+    qtbot.waitUntil(
+        lambda: window.answers.active is not None and bool(window.answers.active.text),
+        timeout=60000,
+    )
     qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)  # it says Stop
-    qtbot.waitUntil(lambda: window.active is None, timeout=30000)
-    fin = window.last_finished
+    qtbot.waitUntil(lambda: window.answers.active is None, timeout=30000)
+    fin = window.answers.last_finished
     assert fin.stop_reason == "cancelled" and 0 < len(fin.token_ids) < 48
-    saved = window.storage.messages(window.current_conv)[-1]
+    saved = window.storage.messages(window.chats.current)[-1]
     assert saved.role == "assistant" and saved.content == fin.text and saved.content
     assert saved.stats["stop_reason"] == "cancelled"
     assert "stopped" in window.chat.messages[-1].footer.text()
@@ -131,11 +134,11 @@ def test_stop_mid_answer_saves_partial_and_engine_is_idle(qtbot, window, host):
 
 def test_restart_keeps_the_conversation(qtbot, window, host, dirs):
     fin = answer(qtbot, window, "What is the capital of France?")
-    conv_id = window.current_conv
+    conv_id = window.chats.current
     window.close()
     again = MainWindow(host=host)
     qtbot.addWidget(again)
-    assert again.current_conv == conv_id and conv_id in again.sidebar.ids()
+    assert again.chats.current == conv_id and conv_id in again.sidebar.ids()
     texts = [m.text for m in again.chat.messages]
     assert texts == ["What is the capital of France?", fin.text]
     assert "tok/s" in again.chat.messages[-1].footer.text()
@@ -157,10 +160,13 @@ def test_ui_stays_responsive_during_an_answer(qtbot, window):
     timer.setInterval(10)
     timer.timeout.connect(tick)
     assert window.send_message(LONG_PROMPT)
-    qtbot.waitUntil(lambda: window.active is not None and bool(window.active.text), timeout=60000)
+    qtbot.waitUntil(
+        lambda: window.answers.active is not None and bool(window.answers.active.text),
+        timeout=60000,
+    )
     last[0] = clock.elapsed()
     timer.start()
-    qtbot.waitUntil(lambda: window.active is None, timeout=90000)
+    qtbot.waitUntil(lambda: window.answers.active is None, timeout=90000)
     timer.stop()
     print(f"event-loop gaps: n={len(gaps)} max={max(gaps)} ms")
     assert len(gaps) >= 20, "the answer was too short to measure"
@@ -169,10 +175,10 @@ def test_ui_stays_responsive_during_an_answer(qtbot, window):
 
 def test_regenerate_and_edit_resend(qtbot, window):
     answer(qtbot, window, "Give me a fruit name.")
-    first = window.storage.messages(window.current_conv)
+    first = window.storage.messages(window.chats.current)
     window.regenerate()
-    qtbot.waitUntil(lambda: window.active is None, timeout=90000)
-    second = window.storage.messages(window.current_conv)
+    qtbot.waitUntil(lambda: window.answers.active is None, timeout=90000)
+    second = window.storage.messages(window.chats.current)
     assert len(second) == 2 and second[1].id != first[1].id and second[0].id == first[0].id
 
     user_card = window.chat.messages[0]
@@ -181,32 +187,35 @@ def test_regenerate_and_edit_resend(qtbot, window):
     assert window.composer.edit_banner.isVisibleTo(window)
     window.composer.set_text("Give me a vegetable name.")
     qtbot.keyClick(window.composer.input, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: window.active is None, timeout=90000)
-    third = window.storage.messages(window.current_conv)
+    qtbot.waitUntil(lambda: window.answers.active is None, timeout=90000)
+    third = window.storage.messages(window.chats.current)
     assert [m.content for m in third][0] == "Give me a vegetable name."
     assert len(third) == 2 and third[0].id == first[0].id and third[1].id != second[1].id
 
 
 def test_switching_chats_mid_answer_saves_it_where_it_belongs(qtbot, window):
     assert window.send_message(LONG_PROMPT)
-    first = window.current_conv
-    qtbot.waitUntil(lambda: window.active is not None and bool(window.active.text), timeout=60000)
+    first = window.chats.current
+    qtbot.waitUntil(
+        lambda: window.answers.active is not None and bool(window.answers.active.text),
+        timeout=60000,
+    )
     window.new_conversation()
-    assert window.current_conv != first and window.chat.messages == []
-    qtbot.waitUntil(lambda: window.active is None, timeout=90000)
+    assert window.chats.current != first and window.chat.messages == []
+    qtbot.waitUntil(lambda: window.answers.active is None, timeout=90000)
     assert window.chat.messages == []  # nothing leaked into the new chat
     saved = window.storage.messages(first)
     assert [m.role for m in saved] == ["user", "assistant"]
-    assert saved[1].content == window.last_finished.text
+    assert saved[1].content == window.answers.last_finished.text
     window.open_conversation(first)
     assert window.chat.messages[-1].text == saved[1].content
 
 
 def test_conversations_new_rename_search_delete_export(qtbot, window, tmp_path):
     answer(qtbot, window, "Hello there")
-    first = window.current_conv
+    first = window.chats.current
     window.new_conversation()
-    second = window.current_conv
+    second = window.chats.current
     assert second != first and window.chat.messages == []
     window.set_system_prompt("You are a pirate.")
     assert window.storage.conversation(second).system_prompt == "You are a pirate."
@@ -225,7 +234,7 @@ def test_conversations_new_rename_search_delete_export(qtbot, window, tmp_path):
 def test_prompt_that_does_not_fit_the_context_is_reported(qtbot, window):
     huge = "lighthouse " * (N_CTX + 200)
     assert window.send_message(huge)
-    qtbot.waitUntil(lambda: window.active is None, timeout=60000)
+    qtbot.waitUntil(lambda: window.answers.active is None, timeout=60000)
     text = window.banner.text()
     assert "context" in text and str(N_CTX) in text
     window.new_conversation()
@@ -253,7 +262,7 @@ def test_about_dialog_shows_versions_and_backend(qtbot, window):
     text = dialog.text()
     for label in ("llama-cpp-python", "onnxruntime", "Qt", "Model", "Drafter", "Backend"):
         assert label in text
-    assert window.engine_info.backend_reason in text
+    assert window.engine_link.info.backend_reason in text
 
 
 def test_theme_switch_applies_and_persists(qtbot, window):
@@ -279,13 +288,13 @@ def test_sampling_values_the_engine_refuses_are_not_applied(qtbot, window):
 def test_drafter_change_needs_no_reload(qtbot, window, host):
     engine_before = host.worker.engine
     window.apply_settings(replace(window.settings, drafter="none"))
-    qtbot.waitUntil(lambda: window.engine_info.drafter == "none", timeout=30000)
+    qtbot.waitUntil(lambda: window.engine_link.info.drafter == "none", timeout=30000)
     assert host.worker.engine is engine_before
     assert "none" in window.stats.engine_label.text()
     fin = answer(qtbot, window, "Say ok.")
     assert fin.stats.proposed == 0 and fin.stats.tau_mean == 1.0  # nothing drafted
     window.apply_settings(replace(window.settings, drafter="ngram"))
-    qtbot.waitUntil(lambda: window.engine_info.drafter == "ngram", timeout=30000)
+    qtbot.waitUntil(lambda: window.engine_link.info.drafter == "ngram", timeout=30000)
 
 
 def test_context_length_change_reloads_on_the_worker(qtbot, window, host):
@@ -294,9 +303,9 @@ def test_context_length_change_reloads_on_the_worker(qtbot, window, host):
     window.apply_settings(replace(window.settings, n_ctx=1536))
     notice = window.banner.text()
     assert "Reloading the model" in notice and "context length" in notice
-    assert window.engine_state == "loading"
-    qtbot.waitUntil(lambda: window.engine_info is not None, timeout=180000)
-    assert window.engine_info.n_ctx == 1536 and host.worker.engine is not engine_before
+    assert window.engine_link.state == "loading"
+    qtbot.waitUntil(lambda: window.engine_link.info is not None, timeout=180000)
+    assert window.engine_link.info.n_ctx == 1536 and host.worker.engine is not engine_before
     fin = answer(qtbot, window, "Say yes.")
     assert fin.stop_reason in ("eos", "length")
 
@@ -314,10 +323,12 @@ def test_corrupt_settings_and_database_are_moved_aside(qtbot, host, dirs):
     assert list(cfg.glob("settings.corrupt-*.json")) and list(data.glob("chats.corrupt-*.sqlite3"))
     assert w.settings == AppSettings()
     w.apply_settings(replace(w.settings, max_tokens=48, temperature=0.0))  # no reload
-    qtbot.waitUntil(lambda: w.engine_info is not None and host.state == "ready", timeout=180000)
+    qtbot.waitUntil(
+        lambda: w.engine_link.info is not None and host.state == "ready", timeout=180000
+    )
     fin = answer(qtbot, w, "Say hi.")
     assert fin.stop_reason in ("eos", "length")
-    assert Storage().messages(w.current_conv)[-1].content == fin.text
+    assert Storage().messages(w.chats.current)[-1].content == fin.text
     assert json.loads((cfg / "settings.json").read_text())["max_tokens"] == 48
 
 
@@ -329,9 +340,9 @@ def test_model_that_fails_to_load_leaves_the_app_usable(qtbot, dirs, tmp_path):
     w = MainWindow()  # its own host: loading the broken file fails fast
     qtbot.addWidget(w)
     qtbot.waitUntil(lambda: "could not be loaded" in w.banner.text(), timeout=30000)
-    assert w.engine_state == "failed"
+    assert w.engine_link.state == "failed"
     assert "could not be loaded" in w.banner.text() and "GGUF" in w.banner.text()
     assert w.send_message("Anyone there?")
-    qtbot.waitUntil(lambda: w.active is None, timeout=10000)
+    qtbot.waitUntil(lambda: w.answers.active is None, timeout=10000)
     assert "No model is loaded" in w.banner.text()
-    assert w.storage.messages(w.current_conv)[0].content == "Anyone there?"
+    assert w.storage.messages(w.chats.current)[0].content == "Anyone there?"

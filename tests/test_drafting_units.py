@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from engine.drafters import NgramDrafter
-from engine.events import validate_block_size
+from engine.events import GenerationSettings
 from engine.speculative import _TextStream
 
 
@@ -47,12 +49,8 @@ def test_text_stream_is_utf8_safe_and_stops_on_stop_strings():
 
 
 def test_block_size_validation():
-    assert validate_block_size("auto") is None
-    assert validate_block_size(4) == 4
+    assert GenerationSettings(block_size="auto").fixed_block is None
+    assert GenerationSettings(block_size=4).fixed_block == 4
     for bad in (0, 1000, "x", -1):
-        try:
-            validate_block_size(bad)
-        except ValueError as exc:
-            assert "block size" in str(exc)
-        else:
-            raise AssertionError(f"{bad!r} accepted")
+        with pytest.raises(ValueError, match="block size"):
+            GenerationSettings(block_size=bad)

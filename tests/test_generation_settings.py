@@ -11,13 +11,8 @@ from pathlib import Path
 import pytest
 from test_server import chat, model_id, post_json, runner, served  # noqa: F401 - fixtures
 
-from engine.events import (
-    MAX_BLOCK_SIZE,
-    GenerationSettings,
-    ModelFileError,
-    ModelLoadError,
-    SettingError,
-)
+from engine.events import GenerationSettings, ModelFileError, ModelLoadError, SettingError
+from engine.options import MAX_BLOCK_SIZE
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "engine.cli"]

@@ -391,7 +391,7 @@ def test_catch_up_leaves_the_drafter_where_per_step_observes_would(real_target):
     """The loop folds committed tokens into the drafter only before it proposes (catch_up):
     catching up in a few chunked observes must propose what observes of 1-3 tokens per step
     (the old loop's pattern) do."""
-    from engine.engine import hyflash_drafter_dir
+    from engine.drafter_spec import hyflash_drafter_dir
     from engine.speculative import catch_up
 
     target = real_target

@@ -12,7 +12,7 @@ from engine.blocksize import SHADOW_SLACK, BlockSizeChooser, CostModel, FixedBlo
 from engine.drafters.base import Draft
 from engine.sampling import Warp
 from engine.speculative import SpeculativeDecoder
-from engine.target import DecodeOutput
+from engine.target_protocol import DecodeOutput
 
 VOCAB = 50
 

@@ -17,7 +17,7 @@ DRAFTER_ID = "hyflash-smollm2-135m"
 
 @pytest.fixture(scope="module")
 def folder():
-    from engine.engine import hyflash_drafter_dir
+    from engine.drafter_spec import hyflash_drafter_dir
     from engine.models import default_target_id
 
     return hyflash_drafter_dir(default_target_id())

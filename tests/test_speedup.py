@@ -426,7 +426,7 @@ def test_catalog_model_finds_an_installed_drafter_by_its_pinned_sha(tmp_path, mo
     """A catalog model without a shipped drafter: the card's sha256 is matched against the
     catalog's, without the file (which need not be downloaded)."""
     from engine.catalog import load_catalog
-    from engine.engine import hyflash_status
+    from engine.drafter_spec import hyflash_status
 
     monkeypatch.setenv("HYFLASH_DATA_DIR", str(tmp_path))
     entry = next(e for e in load_catalog().values() if not e.drafter and e.source.get("sha256"))

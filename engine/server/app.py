@@ -21,6 +21,7 @@ from fastapi.sse import EventSourceResponse, format_sse_event
 from starlette.background import BackgroundTask
 
 from engine.events import ErrorEvent, Finished, GenerationSettings, TextDelta
+from engine.options import COMPLETIONS_MAX_TOKENS
 from engine.server.config import ServerConfig
 from engine.server.errors import EXCEPTION_HANDLERS, APIError, error_body
 from engine.server.jobs import (
@@ -33,7 +34,6 @@ from engine.server.jobs import (
 )
 from engine.server.middleware import BearerAuth, BodyLimit, RequestLog, RequestLogger
 from engine.server.protocol import (
-    COMPLETIONS_DEFAULT_MAX_TOKENS,
     FINISH_REASONS,
     ChatRequest,
     CompletionRequest,
@@ -205,7 +205,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     server = _server(request)
     current = server.check_model(body.model)
     prompt = completion_prompt(body)
-    settings = generation_settings(body, COMPLETIONS_DEFAULT_MAX_TOKENS, server.config.block_size)
+    settings = generation_settings(body, COMPLETIONS_MAX_TOKENS, server.config.block_size)
     reply = Reply(False, current.model_id)
     return await _serve(server, request, body, reply, prompt, True, settings)
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.engine_args import BLOCK_SIZE_HELP, add_engine_args, block_size_arg, load_engine
+from engine.engine_args import add_engine_args, load_engine
 from engine.events import GenerationSettings
+from engine.options import OPTION
 from engine.server.config import ServerConfig
-from engine.server.jobs import DEFAULT_MAX_WAITING
+from engine.server.jobs import DEFAULT_MAX_WAITING, EngineThread
 
 _DEFAULTS = ServerConfig()
+_BLOCK = OPTION["block_size"]
 
 
 def add_serve_parser(sub) -> None:
@@ -35,10 +37,11 @@ def add_serve_parser(sub) -> None:
         "--cors", action="append", default=[], metavar="ORIGIN", help="allow this browser origin"
     )
     p.add_argument(
-        "--block-size",
-        type=block_size_arg,
+        _BLOCK.flag,
+        type=_BLOCK.type,
         default=_DEFAULTS.block_size,
-        help=f"{BLOCK_SIZE_HELP}, for requests that do not set hyflash.block_size",
+        help=f"{_BLOCK.range}, for requests that do not set hyflash.block_size "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--queue-size",
@@ -54,9 +57,9 @@ def add_serve_parser(sub) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    # FastAPI and uvicorn load only when serving: `hyflash` builds this parser for every command
     from engine.server.app import create_app
     from engine.server.http import LocalServer, check_bind
-    from engine.server.jobs import EngineThread
 
     try:
         check_bind(args.host, args.api_key)

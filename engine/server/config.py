@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.options import OPTION
+
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -13,5 +15,5 @@ class ServerConfig:
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
     max_body_bytes: int = 4 * 2**20
-    block_size: int | str = "auto"  # for requests that do not set hyflash.block_size
+    block_size: int | str = OPTION["block_size"].server  # for requests without hyflash.block_size
     retry_after_s: int = 2

@@ -16,10 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine.drafters import DRAFTER_CHOICES
 from engine.events import ErrorEvent, Finished, GenerationSettings, SettingError, StepStats
+from engine.options import OPTION
 from engine.server.errors import APIError
 from engine.server.jobs import JobEvent, JobStarted
 
-COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_STOP_STRINGS = 4
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "context": "length"}
@@ -53,12 +53,12 @@ class HyflashOptions(BaseModel):
 
 class _Request(_Strict):
     # Types are checked here, ranges by GenerationSettings (generation_settings shows its
-    # message); only OpenAI's own limits beyond the engine's are kept (temperature <= 2).
+    # message); defaults and OpenAI's limits beyond the engine's are engine.options' server ones.
     model: str
-    max_tokens: int | None = None
-    temperature: float = Field(1.0, le=2.0)
-    top_p: float = 1.0
-    seed: int | None = None
+    max_tokens: int | None = OPTION["max_tokens"].server
+    temperature: float = Field(OPTION["temperature"].server, le=OPTION["temperature"].server_max)
+    top_p: float = OPTION["top_p"].server
+    seed: int | None = OPTION["seed"].server
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
