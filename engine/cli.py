@@ -15,6 +15,7 @@ from engine.engine_args import (
     load_engine,
 )
 from engine.events import EngineError, ErrorEvent, Finished, StepStats, TextDelta
+from engine.provenance import provenance
 
 
 def stats_line(s: StepStats) -> str:
@@ -53,6 +54,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
             "kernels": list(engine.kernels.summary()),
             "verify_reason": engine.verify.reason,
             "stats": finished.stats.to_dict() if finished.stats else None,
+            "provenance": provenance(
+                target=engine.model_path,
+                drafter=args.drafter or engine.drafter.name,
+                extra={"threads": engine.target.n_threads},
+            ),
         }
         print(json.dumps(out, ensure_ascii=False))
     else:

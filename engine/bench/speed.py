@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -25,6 +24,7 @@ from engine.bench.report import publish
 from engine.blocksize import DEFAULT_MAX_BLOCK, profile_costs
 from engine.events import DEFAULT_N_CTX, ErrorEvent, Finished, GenerationSettings, StepStats
 from engine.kernels import add_kernel_args, kernel_kwargs
+from engine.provenance import provenance, run_machine
 from engine.sampling import check_sampling
 
 _DEFAULTS = GenerationSettings()
@@ -125,21 +125,18 @@ def parse_configs(spec: str) -> list[tuple[str, str | int]]:
 
 
 def machine_info(threads: int) -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-        ).stdout.strip()
-    except OSError:
-        rev = ""
-    return {"cpu": cpu, "threads": threads, "python": platform.python_version(), "git": rev}
+    """The short machine record older callers keep (a feature cache's source key, the app
+    speed script); result files carry engine.provenance's block instead."""
+    from engine.backends import probe
+    from engine.provenance import git_state
+
+    git = git_state()
+    return {
+        "cpu": probe().cpu.model,
+        "threads": threads,
+        "python": platform.python_version(),
+        "git": git["commit"][:7] if git else "",
+    }
 
 
 def cost_curve(engine, sizes: list[int], repeats: int) -> dict[int, float]:
@@ -253,8 +250,11 @@ def run_bench(args: argparse.Namespace, other: CostCurve | None = None) -> dict:
     weights = weight_bytes(engine.model_path)
     summary = [summary_row(key, totals, per_prompt, sets, curve) for key in keys]
     result = {
-        "command": "hyflash bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else []),
-        "machine": machine_info(engine.target.n_threads),
+        "provenance": provenance(
+            target=engine.model_path,
+            drafter=[d for d, _ in configs],
+            extra={"threads": engine.target.n_threads},
+        ),
         "model": engine.model_id,
         "model_path": str(engine.model_path),
         "backend": engine.backend.name,
@@ -372,13 +372,13 @@ def summary_row(
 
 
 def to_markdown(result: dict) -> str:
+    machine = run_machine(result)
     lines = [
         f"Model {result['model']}, {result['prompts']} {result.get('prompt_set', 'chat')} "
         f"prompts, {result['max_tokens']} tokens max, "
         + (f"fastest of {result['runs']} runs per config, " if result.get("runs", 1) > 1 else "")
         + f"{_sampling(result.get('temperature', 0.0), result.get('top_p', 1.0))}; "
-        f"{result['machine']['cpu']}, "
-        f"{result['machine']['threads']} threads, git {result['machine']['git']}.",
+        f"{machine['cpu']}, {machine['threads']} threads, git {machine['git']}.",
         "",
         "| config | tokens | tok/s | tau | speedup vs plain [95% interval] | bound "
         "| draft ms/call | identical to plain |",
