@@ -134,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.hyflash.acceptance import add_acceptance_parser
     from engine.hyflash.commands import add_data_parser, add_train_parsers
     from engine.hyflash.speedup import add_speedup_parser
+    from engine.results_render import add_results_parser
     from engine.server.cli import add_serve_parser  # fastapi loads only when serving
 
     add_bench_parser(sub)
@@ -144,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_parser(sub)
     add_train_parsers(sub)
     add_speedup_parser(sub)
+    add_results_parser(sub)
     add_serve_parser(sub)
     return parser
 

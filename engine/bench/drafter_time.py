@@ -122,6 +122,20 @@ def to_markdown(result: dict) -> str:
         f"{result['model']} ({result['backend']}), {result['context_tokens']} tokens of context; "
         f"{machine['cpu']}, {machine['threads']} target threads, git {machine['git']}.",
         "",
+        *time_table(result),
+    ]
+    lines.append(
+        f"\nTarget T(1) = {result['target_t1_ms']:.2f} ms (hidden-state output "
+        f"{'on' if result['features'] else 'off'}; off: "
+        f"{result['target_t1_features_off_ms']:.2f} ms); observe of one committed token = "
+        f"{result['observe_ms']:.2f} ms."
+    )
+    return "\n".join(lines)
+
+
+def time_table(result: dict) -> list[str]:
+    """Per block size: the drafter's call, greedy and sampling, beside the target's decode."""
+    lines = [
         "| B | propose, greedy (ms) | propose with logits, sampling (ms) | greedy / T(1) "
         "| target T(B) (ms) |",
         "|---|---|---|---|---|",
@@ -131,13 +145,7 @@ def to_markdown(result: dict) -> str:
             f"| {r['block']} | {r['greedy_ms']:.2f} | {r['sampling_ms']:.2f} | "
             f"{r['greedy_pct_t1']:.0f}% | {r['target_ms']:.2f} |"
         )
-    lines.append(
-        f"\nTarget T(1) = {result['target_t1_ms']:.2f} ms (hidden-state output "
-        f"{'on' if result['features'] else 'off'}; off: "
-        f"{result['target_t1_features_off_ms']:.2f} ms); observe of one committed token = "
-        f"{result['observe_ms']:.2f} ms."
-    )
-    return "\n".join(lines)
+    return lines
 
 
 def cmd_drafter_time(args: argparse.Namespace) -> int:

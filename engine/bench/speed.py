@@ -380,20 +380,8 @@ def to_markdown(result: dict) -> str:
         + f"{_sampling(result.get('temperature', 0.0), result.get('top_p', 1.0))}; "
         f"{machine['cpu']}, {machine['threads']} threads, git {machine['git']}.",
         "",
-        "| config | tokens | tok/s | tau | speedup vs plain [95% interval] | bound "
-        "| draft ms/call | identical to plain |",
-        "|---|---|---|---|---|---|---|---|",
+        *summary_table(result),
     ]
-    sampled = result.get("temperature", 0.0) > 0
-    for s in result["summary"]:
-        identical = "n/a (sampled)" if sampled else ("yes" if s["identical"] else "NO")
-        bound = f"{s['bound']:.2f}x" if s.get("bound") is not None else "-"
-        lines.append(
-            f"| {s['config']} | {s['tokens']} | {s['tok_s']:.1f} | {s['tau']:.2f} | "
-            f"{s['speedup']:.2f}x {_interval(s.get('speedup_ci'))} | {bound} | "
-            f"{s['draft_ms']:.2f} | "
-            f"{identical} |"
-        )
     sets = list(result["summary"][0].get("per_set", {}))
     if len(sets) > 1:
         lines += [
@@ -407,7 +395,7 @@ def to_markdown(result: dict) -> str:
             lines.append(
                 f"| {s['config']} | "
                 + " | ".join(
-                    f"{s['per_set'][n]['speedup']:.2f}x "
+                    f"{s['per_set'][n]['speedup']:.2f}x"
                     f"{_interval(s['per_set'][n].get('speedup_ci'))} "
                     f"({s['per_set'][n]['tau']:.2f})"
                     for n in sets
@@ -425,13 +413,8 @@ def to_markdown(result: dict) -> str:
                     + " |"
                 )
     lines += ["", "Cost curve (time of a B-token decode over a 1-token decode):", ""]
-    sizes = list(result["cost_ratio"])
-    lines.append("| B | " + " | ".join(str(n) for n in sizes) + " |")
-    lines.append("|---|" + "---|" * len(sizes))
-    lines.append(
-        "| T(B)/T(1) | " + " | ".join(f"{result['cost_ratio'][n]:.2f}" for n in sizes) + " |"
-    )
-    lines.append(f"\nT(1) = {result['cost_curve_ms'][sizes[0]]:.2f} ms")
+    lines += cost_curve_table(result)
+    lines.append(f"\nT(1) = {result['cost_curve_ms'][next(iter(result['cost_ratio']))]:.2f} ms")
     bw = result.get("bandwidth")
     if bw:
         lines.append(
@@ -446,12 +429,43 @@ def to_markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def summary_table(result: dict) -> list[str]:
+    """Every configuration against plain decoding: the run's main table."""
+    lines = [
+        "| config | tokens | tok/s | tau | speedup vs plain [95% interval] | bound "
+        "| draft ms/call | identical to plain |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    sampled = result.get("temperature", 0.0) > 0
+    for s in result["summary"]:
+        identical = "n/a (sampled)" if sampled else ("yes" if s["identical"] else "NO")
+        bound = f"{s['bound']:.2f}x" if s.get("bound") is not None else "-"
+        lines.append(
+            f"| {s['config']} | {s['tokens']} | {s['tok_s']:.1f} | {s['tau']:.2f} | "
+            f"{s['speedup']:.2f}x{_interval(s.get('speedup_ci'))} | {bound} | "
+            f"{s['draft_ms']:.2f} | "
+            f"{identical} |"
+        )
+    return lines
+
+
+def cost_curve_table(result: dict) -> list[str]:
+    """T(B)/T(1) for every B measured."""
+    sizes = list(result["cost_ratio"])
+    return [
+        "| B | " + " | ".join(str(n) for n in sizes) + " |",
+        "|---|" + "---|" * len(sizes),
+        "| T(B)/T(1) | " + " | ".join(f"{result['cost_ratio'][n]:.2f}" for n in sizes) + " |",
+    ]
+
+
 def _histogram(blocks: dict) -> str:
     return " ".join(f"{b}:{n}" for b, n in sorted(blocks.items(), key=lambda x: int(x[0])))
 
 
 def _interval(ci: list[float] | None) -> str:
-    return f"[{ci[0]:.2f}-{ci[1]:.2f}]" if ci else ""
+    """' [lo-hi]' after a ratio, or nothing for a run that recorded no interval."""
+    return f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else ""
 
 
 def _sampling(temperature: float, top_p: float = 1.0) -> str:
