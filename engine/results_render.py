@@ -13,6 +13,8 @@ the commands' own table code where the command prints that table.
 
 Renderers:
   speed FILE             hyflash bench's table: every configuration against plain decoding
+  speed-runs FILE...     runs of the same configurations side by side (greedy, sampled, ...):
+                         speedup [interval], tau and drafter ms per run
   speed-cost-curve FILE  hyflash bench's T(B)/T(1) row
   drafter-time FILE      hyflash drafter-time's table
   acceptance FILE...     hyflash acceptance rows (every drafter of every file, first file
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.bench.drafter_time import time_table
-from engine.bench.speed import cost_curve_table, summary_table
+from engine.bench.speed import _interval, _sampling, cost_curve_table, summary_table
 from engine.hyflash.acceptance import _table
 from engine.provenance import REPO
 
@@ -94,6 +96,8 @@ def render_text(text: str, root: Path = REPO) -> tuple[str, list[Table]]:
     changed = []
 
     def fill(m: re.Match) -> str:
+        if "<!-- table:" in m["body"]:  # its closing marker is missing: it would eat the next
+            raise ValueError(f"table '{m['spec']}' has no <!-- /table --> before the next one")
         body = render_table(m["spec"], root)
         if body != m["body"]:
             changed.append(Table(m["spec"], text.count("\n", 0, m.start()) + 1, m["body"]))
@@ -266,6 +270,30 @@ _CELLS = {
 }
 
 
+def _speed_runs(results: list[dict], options: dict[str, str]) -> list[str]:
+    """Runs of the same configurations side by side (greedy and sampled, or reruns): per run
+    the speedup over plain decoding with its interval (plain: its tok/s), tau, drafter ms."""
+    head = ["config"]
+    for r in results:
+        run = _sampling(r.get("temperature", 0.0), r.get("top_p", 1.0))
+        head += [f"{run}: speedup [95% interval]", "tau", "drafter ms/step"]
+    by_key = [{s["key"]: s for s in r["summary"]} for r in results]
+    body = []
+    for s in results[0]["summary"]:
+        cells = [s["config"]]
+        for runs in by_key:
+            row = runs.get(s["key"])
+            if row is None:
+                cells += ["-", "-", "-"]
+            elif row["key"] == "none:1":
+                cells += [f"1.00x ({row['tok_s']:.1f} tok/s)", f"{row['tau']:.2f}", ""]
+            else:
+                speedup = f"{row['speedup']:.2f}x{_interval(row.get('speedup_ci'))}"
+                cells += [speedup, f"{row['tau']:.2f}", f"{row['draft_ms']:.2f}"]
+        body.append(cells)
+    return _table(head, body)
+
+
 def _speedup_costs(results: list[dict], options: dict[str, str]) -> list[str]:
     if len(results) != 2:
         raise ValueError("speedup-costs takes result.json and validate.json")
@@ -290,6 +318,7 @@ def _speedup_costs(results: list[dict], options: dict[str, str]) -> list[str]:
 
 RENDERERS: dict[str, Callable[[list[dict], dict[str, str]], list[str]]] = {
     "speed": lambda results, options: summary_table(_one(results, "speed")),
+    "speed-runs": _speed_runs,
     "speed-cost-curve": lambda results, options: cost_curve_table(_one(results, "speed")),
     "drafter-time": lambda results, options: time_table(_one(results, "drafter-time")),
     "acceptance": _acceptance,

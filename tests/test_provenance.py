@@ -88,12 +88,12 @@ def test_the_block_on_this_machine_has_every_key(tmp_path, monkeypatch):
     assert block["command"] == "hyflash bench --prompt 'two words' --out docs/bench/x"
     assert block["date_utc"].endswith("+00:00")
     assert block["python"]["version"] == ".".join(map(str, sys.version_info[:3]))
-    assert block["os"]["system"] == "Linux" and block["cpu"]["physical_cores"] >= 1
-    assert "AVX2 = 1" in block["llama_cpp"]["system_info"]
+    assert block["os"]["system"] == "Linux" and "physical_cores" in block["cpu"]
+    assert block["llama_cpp"]["system_info"].startswith("CPU :")  # llama.cpp's build line
     libs = block["libraries"]
     assert libs["llama_cpp"]["version"] and libs["llama_cpp"]["loaded"]
     assert libs["numpy"]["version"] and "torch" in libs and "transformers" in libs
-    assert "torch" not in sys.modules or libs["torch"]["loaded"]  # nothing imported torch
+    assert libs["torch"]["loaded"] == ("torch" in sys.modules)  # looked up, not imported
     target = block["target"]
     path = Path(target["path"])
     assert target["id"] == "smollm2-135m-instruct" and target["file"] == path.name

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from engine.cli import main
 from engine.results_render import RESULTS, render_text, tables
 
@@ -44,6 +46,10 @@ def test_a_table_is_written_between_its_markers_and_bad_specs_are_refused(tmp_pa
     assert lines[0] == "before" and lines[-1] == "after" and len(changed) == 1
     assert lines[2].startswith("| B | 1 | 2 |") and lines[4].startswith("| T(B)/T(1) | 1.00 |")
     assert render_text(new) == (new, [])  # rendering twice changes nothing
+
+    unclosed = f"<!-- table: {spec} -->\n| x |\n<!-- table: {spec} -->\n<!-- /table -->\n"
+    with pytest.raises(ValueError, match="no <!-- /table -->"):
+        render_text(unclosed)
 
     bad = tmp_path / "bad.md"
     for body in ("no-such-renderer x.json", "speed docs/bench/none/speed.json"):
