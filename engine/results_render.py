@@ -81,14 +81,19 @@ def render_table(spec: str, root: Path = REPO) -> str:
             results.append(json.loads((root / f).read_text(encoding="utf-8")))
         except (OSError, ValueError) as exc:
             raise ValueError(f"table '{spec}': cannot read {f}: {exc}") from exc
-    return "\n".join(RENDERERS[words[0]](results, options)) + "\n"
+    try:
+        lines = RENDERERS[words[0]](results, options)
+    except (KeyError, IndexError, TypeError, StopIteration) as exc:
+        raise ValueError(f"table '{spec}': its files lack {exc!r}") from exc
+    return "\n".join(lines) + "\n"
+
+
+def _found(text: str, m: re.Match) -> Table:
+    return Table(m["spec"], text.count("\n", 0, m.start()) + 1, m["body"])
 
 
 def tables(text: str) -> list[Table]:
-    return [
-        Table(m["spec"], text.count("\n", 0, m.start()) + 1, m["body"])
-        for m in _MARKER.finditer(text)
-    ]
+    return [_found(text, m) for m in _MARKER.finditer(text)]
 
 
 def render_text(text: str, root: Path = REPO) -> tuple[str, list[Table]]:
@@ -96,12 +101,13 @@ def render_text(text: str, root: Path = REPO) -> tuple[str, list[Table]]:
     changed = []
 
     def fill(m: re.Match) -> str:
-        if "<!-- table:" in m["body"]:  # its closing marker is missing: it would eat the next
-            raise ValueError(f"table '{m['spec']}' has no <!-- /table --> before the next one")
-        body = render_table(m["spec"], root)
-        if body != m["body"]:
-            changed.append(Table(m["spec"], text.count("\n", 0, m.start()) + 1, m["body"]))
-        return f"<!-- table: {m['spec']} -->\n{body}<!-- /table -->"
+        table = _found(text, m)
+        if "<!-- table:" in table.body:  # its closing marker is missing: it would eat the next
+            raise ValueError(f"{table.name} has no <!-- /table --> before the next table")
+        body = render_table(table.spec, root)
+        if body != table.body:
+            changed.append(table)
+        return f"<!-- table: {table.spec} -->\n{body}<!-- /table -->"
 
     return _MARKER.sub(fill, text), changed
 
