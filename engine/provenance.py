@@ -122,27 +122,37 @@ def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def target_block(target: str | Path) -> dict:
-    """{"id", "file", "path", "size_bytes", "sha256"} of a catalog id or a GGUF path; the id
-    is the catalog's when the file is a catalog model's. The sha256 is the one the kernel
-    check remembers per (path, size, mtime), so a multi-GB file is hashed once per machine."""
-    from engine.catalog import load_catalog
+    """{"id", "file", "path", "size_bytes", "sha256"} of a catalog id or a GGUF path. The
+    sha256 is the one the kernel check remembers per (path, size, mtime), so a multi-GB file
+    is hashed once per machine."""
     from engine.events import EngineError
-    from engine.models import resolve_target
     from engine.user_drafters import gguf_sha256
 
     try:
-        model_id, path = resolve_target(target)
+        model_id, path = _resolve(target)
         sha = gguf_sha256(path)
     except (EngineError, OSError, ValueError) as exc:
         return {"id": str(target), "error": str(exc)}
-    by_file = {Path(e.source.get("file", "")).name: e.id for e in load_catalog().values()}
     return {
-        "id": model_id if model_id != path.stem else by_file.get(path.name, model_id),
+        "id": model_id,
         "file": path.name,
         "path": str(path),
         "size_bytes": path.stat().st_size,
         "sha256": sha,
     }
+
+
+def _resolve(target: str | Path) -> tuple[str, Path]:
+    """(model id, path) as the engine resolves it; a path to a catalog model's file gets the
+    catalog's id (the engine names a path by its stem)."""
+    from engine.catalog import load_catalog
+    from engine.models import resolve_target
+
+    model_id, path = resolve_target(target)
+    if model_id == path.stem:
+        by_file = {Path(e.source.get("file", "")).name: e.id for e in load_catalog().values()}
+        model_id = by_file.get(path.name, model_id)
+    return model_id, path
 
 
 def drafter_blocks(
@@ -184,11 +194,9 @@ def _hyflash_folder(target: str | Path | None) -> Path | None:
         return None
     from engine.engine import hyflash_drafter_dir  # loads llama_cpp: only for a run's drafter
     from engine.events import EngineError
-    from engine.models import resolve_target
 
     try:
-        model_id, path = resolve_target(target)
-        return hyflash_drafter_dir(model_id, path)
+        return hyflash_drafter_dir(*_resolve(target))
     except (EngineError, OSError, ValueError):
         return None
 

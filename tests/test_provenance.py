@@ -115,9 +115,10 @@ def test_a_path_target_is_named_by_its_catalog_id_and_the_command_defaults_to_sy
 
     monkeypatch.setenv("HYFLASH_CACHE_DIR", str(tmp_path))
     _, path = resolve_target("smollm2-135m-instruct")
-    block = provenance(target=path)
+    block = provenance(target=path, drafter="hyflash")
     assert block["target"]["id"] == "smollm2-135m-instruct"
-    assert block["command"] == shlex.join(sys.argv) and block["drafters"] is None
+    assert block["drafters"][0]["name"] == "hyflash-smollm2-135m"  # found from the file too
+    assert block["command"] == shlex.join(sys.argv)
     # a missing file and a folder with no card are recorded as such, not raised
     missing = provenance(target=tmp_path / "gone.gguf", drafter=tmp_path)
     assert "not found" in missing["target"]["error"] and "sha256" not in missing["target"]
