@@ -15,6 +15,7 @@ from engine.engine_args import (
     load_engine,
 )
 from engine.events import EngineError, ErrorEvent, Finished, StepStats, TextDelta
+from engine.provenance import provenance
 
 
 def stats_line(s: StepStats) -> str:
@@ -53,6 +54,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
             "kernels": list(engine.kernels.summary()),
             "verify_reason": engine.verify.reason,
             "stats": finished.stats.to_dict() if finished.stats else None,
+            "provenance": provenance(
+                target=engine.model_path,
+                drafter=args.drafter or engine.drafter.name,
+                extra={"threads": engine.target.n_threads},
+            ),
         }
         print(json.dumps(out, ensure_ascii=False))
     else:
@@ -128,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.hyflash.acceptance import add_acceptance_parser
     from engine.hyflash.commands import add_data_parser, add_train_parsers
     from engine.hyflash.speedup import add_speedup_parser
+    from engine.results_render import add_results_parser
     from engine.server.cli import add_serve_parser  # fastapi loads only when serving
 
     add_bench_parser(sub)
@@ -138,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_parser(sub)
     add_train_parsers(sub)
     add_speedup_parser(sub)
+    add_results_parser(sub)
     add_serve_parser(sub)
     return parser
 

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from engine.backends import BACKEND_NAMES, choose, describe, probe
+from engine.provenance import provenance
 from engine.units import format_size
 
 
@@ -26,6 +27,7 @@ def doctor_report(
             "model_cache": cache,
             "drafters": drafters,
             "kernels": kernels,
+            "provenance": provenance(target=kernels.get("model", model)),
         }
         return json.dumps(report, indent=2)
     rows = describe(p)

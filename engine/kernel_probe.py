@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
     write("start")
     try:
-        _check(args, write)
+        _check(args, write, None if argv is None else [sys.argv[0], *argv])
     except Exception as exc:  # noqa: BLE001 - reported to the parent as a kind and one line
         from engine.events import ModelFileError
 
@@ -108,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _check(args: argparse.Namespace, write: Callable[..., None]) -> None:
+def _check(args: argparse.Namespace, write: Callable[..., None], argv: list[str] | None) -> None:
     from engine.kernels import KernelConfig
+    from engine.provenance import provenance
     from engine.target import LlamaTarget
 
     config = KernelConfig(extra_bufts=args.extra_bufts == "on")
@@ -142,6 +143,11 @@ def _check(args: argparse.Namespace, write: Callable[..., None]) -> None:
             checked_rows=args.max_rows,
             max_abs_diff=diff,
             decode_ms=times,
+            provenance=provenance(
+                argv,
+                target=args.model,
+                extra={"threads": target.n_threads, "extra_bufts": args.extra_bufts},
+            ),
         )
 
 

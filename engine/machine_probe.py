@@ -140,13 +140,17 @@ def _parse_cpuinfo(text: str) -> tuple[str, int | None, set[str]]:
     return model, (len(cores) or None), flags
 
 
-def _cpu_info() -> CpuInfo:
+def _cpu_info(linux_cpuinfo: str | None = None) -> CpuInfo:
+    """This machine's CPU; with `linux_cpuinfo`, that /proc/cpuinfo text is read instead of
+    this machine's (how tests see an AVX-512 or an ARM machine)."""
     arch = _arch()
-    system = platform.system()
+    system = "Linux" if linux_cpuinfo is not None else platform.system()
     logical = os.cpu_count() or 1
     model, physical, flags = "", None, set()
     if system == "Linux":
-        model, physical, flags = _parse_cpuinfo(_read("/proc/cpuinfo"))
+        model, physical, flags = _parse_cpuinfo(
+            _read("/proc/cpuinfo") if linux_cpuinfo is None else linux_cpuinfo
+        )
     elif system == "Darwin":
         model = _sysctl("machdep.cpu.brand_string")
         physical = int(_sysctl("hw.physicalcpu") or 0) or None

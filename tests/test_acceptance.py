@@ -101,6 +101,9 @@ def test_acceptance_command_on_stored_answers(tmp_path, capsys):
     assert code == 0
     result = json.loads((tmp_path / "out" / "acceptance.json").read_text())
     assert result["sequences"] == 3 and result["answer_tokens"] > 0
+    prov = result["provenance"]
+    assert prov["target"]["id"] == "smollm2-135m-instruct" and prov["threads"] == 1
+    assert prov["drafters"][0]["spec"] == "ngram" and "acceptance" in prov["command"]
     rows = {r["block"]: r for r in result["rows"]}
     assert set(rows) == {2, 4}
     for r in rows.values():

@@ -287,6 +287,8 @@ def test_doctor_text_json_and_cli(capsys, tmp_path, monkeypatch) -> None:
     kernels = data["kernels"]
     assert kernels["model"] == "smollm2-135m-instruct" and kernels["verify_mode"] == "exact"
     assert any(r["outcome"] == "works" for r in kernels["verdict"]["results"])
+    assert data["provenance"]["target"]["id"] == "smollm2-135m-instruct"
+    assert data["provenance"]["cpu"]["flags"] == list(b.probe().cpu.flags)
 
     import argparse
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,6 +60,12 @@ def test_bench_quick_on_held_out_sets(tmp_path, capsys):
     file_bytes = Path(result["model_path"]).stat().st_size
     assert 0.8 * file_bytes < bw["weight_bytes"] < file_bytes
     assert bw["read_gb_s"] > 0.1 and bw["bound_tok_s"] == bw["read_gb_s"] * 1e9 / bw["weight_bytes"]
+    # where it ran: the model file, the drafters by their cards, threads, the command line
+    prov = result["provenance"]
+    assert prov["target"]["path"] == result["model_path"] and len(prov["target"]["sha256"]) == 64
+    assert [d["spec"] for d in prov["drafters"]] == ["ngram", "hyflash", "hybrid:hyflash"]
+    assert prov["drafters"][1]["card_sha256"] and prov["threads"] == 2
+    assert prov["command"] == shlex.join(sys.argv) and "machine" not in result  # this process
     out = capsys.readouterr().out
     assert "Per set, speedup [95% interval] (tau)" in out and "| hyflash (block 8) |" in out
     lo, hi = summary["ngram:4"]["speedup_ci"]
@@ -210,6 +218,8 @@ def test_drafter_time_reports_each_block_beside_the_target(tmp_path, capsys):
     assert main([*args, "--threads", "2", "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "drafter-time.json").read_text())
     assert result["drafter"] == "hyflash" and result["context_tokens"] > 20
+    prov = result["provenance"]
+    assert prov["drafters"][0]["name"] == "hyflash-smollm2-135m" and prov["threads"] == 2
     assert [r["block"] for r in result["rows"]] == [4, 8]
     for r in result["rows"]:
         assert 0 < r["greedy_ms"] < 1000 and 0 < r["sampling_ms"] < 1000

@@ -10,7 +10,6 @@ committed token. Every number is a median over calls of this run.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable
 
@@ -18,8 +17,8 @@ import numpy as np
 
 from engine.backends import BACKEND_NAMES
 from engine.bench.report import publish
-from engine.bench.speed import machine_info
 from engine.kernels import add_kernel_args, kernel_kwargs
+from engine.provenance import provenance, run_machine
 
 PROMPT = (
     "Explain step by step how a hash table handles collisions, with a short Python example "
@@ -97,8 +96,9 @@ def run_drafter_time(args: argparse.Namespace) -> dict:
     ]
     info = engine.info()
     result = {
-        "command": "hyflash drafter-time " + " ".join(sys.argv[2:]),
-        "machine": machine_info(target.n_threads),
+        "provenance": provenance(
+            target=engine.model_path, drafter=args.drafter, extra={"threads": target.n_threads}
+        ),
         "model": engine.model_id,
         "drafter": info.drafter,
         "backend": info.backend,
@@ -116,12 +116,26 @@ def run_drafter_time(args: argparse.Namespace) -> dict:
 
 
 def to_markdown(result: dict) -> str:
+    machine = run_machine(result)
     lines = [
         f"Drafter {result['drafter']} ({result['weights'] or 'n/a'}, {result['provider']}) on "
         f"{result['model']} ({result['backend']}), {result['context_tokens']} tokens of context; "
-        f"{result['machine']['cpu']}, {result['machine']['threads']} target threads, "
-        f"git {result['machine']['git']}.",
+        f"{machine['cpu']}, {machine['threads']} target threads, git {machine['git']}.",
         "",
+        *time_table(result),
+    ]
+    lines.append(
+        f"\nTarget T(1) = {result['target_t1_ms']:.2f} ms (hidden-state output "
+        f"{'on' if result['features'] else 'off'}; off: "
+        f"{result['target_t1_features_off_ms']:.2f} ms); observe of one committed token = "
+        f"{result['observe_ms']:.2f} ms."
+    )
+    return "\n".join(lines)
+
+
+def time_table(result: dict) -> list[str]:
+    """Per block size: the drafter's call, greedy and sampling, beside the target's decode."""
+    lines = [
         "| B | propose, greedy (ms) | propose with logits, sampling (ms) | greedy / T(1) "
         "| target T(B) (ms) |",
         "|---|---|---|---|---|",
@@ -131,13 +145,7 @@ def to_markdown(result: dict) -> str:
             f"| {r['block']} | {r['greedy_ms']:.2f} | {r['sampling_ms']:.2f} | "
             f"{r['greedy_pct_t1']:.0f}% | {r['target_ms']:.2f} |"
         )
-    lines.append(
-        f"\nTarget T(1) = {result['target_t1_ms']:.2f} ms (hidden-state output "
-        f"{'on' if result['features'] else 'off'}; off: "
-        f"{result['target_t1_features_off_ms']:.2f} ms); observe of one committed token = "
-        f"{result['observe_ms']:.2f} ms."
-    )
-    return "\n".join(lines)
+    return lines
 
 
 def cmd_drafter_time(args: argparse.Namespace) -> int:

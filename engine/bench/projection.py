@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.blocksize import CostModel
+from engine.provenance import run_machine
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,9 @@ def load_curve(path: str | Path) -> CostCurve:
     t1 = data.get("t1_ms")
     if t1 is None and isinstance(data.get("cost_curve_ms"), dict):
         t1 = data["cost_curve_ms"].get("1")  # a bench speed.json
-    machine = data.get("machine") or {}
+    measured = "machine" in data or "provenance" in data  # a bench speed.json
     source = data.get("source") or (
-        f"{machine.get('cpu', 'another machine')} ({path.name})" if machine else path.name
+        f"{run_machine(data)['cpu']} ({path.name})" if measured else path.name
     )
     return CostCurve(
         source=str(source),

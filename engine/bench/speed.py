@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -25,6 +24,7 @@ from engine.bench.report import publish
 from engine.blocksize import DEFAULT_MAX_BLOCK, profile_costs
 from engine.events import DEFAULT_N_CTX, ErrorEvent, Finished, GenerationSettings, StepStats
 from engine.kernels import add_kernel_args, kernel_kwargs
+from engine.provenance import provenance, run_machine
 from engine.sampling import check_sampling
 
 _DEFAULTS = GenerationSettings()
@@ -125,21 +125,18 @@ def parse_configs(spec: str) -> list[tuple[str, str | int]]:
 
 
 def machine_info(threads: int) -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-        ).stdout.strip()
-    except OSError:
-        rev = ""
-    return {"cpu": cpu, "threads": threads, "python": platform.python_version(), "git": rev}
+    """The short machine record older callers keep (a feature cache's source key, the app
+    speed script); result files carry engine.provenance's block instead."""
+    from engine.backends import probe
+    from engine.provenance import git_state
+
+    git = git_state()
+    return {
+        "cpu": probe().cpu.model,
+        "threads": threads,
+        "python": platform.python_version(),
+        "git": git["commit"][:7] if git else "",
+    }
 
 
 def cost_curve(engine, sizes: list[int], repeats: int) -> dict[int, float]:
@@ -253,8 +250,11 @@ def run_bench(args: argparse.Namespace, other: CostCurve | None = None) -> dict:
     weights = weight_bytes(engine.model_path)
     summary = [summary_row(key, totals, per_prompt, sets, curve) for key in keys]
     result = {
-        "command": "hyflash bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else []),
-        "machine": machine_info(engine.target.n_threads),
+        "provenance": provenance(
+            target=engine.model_path,
+            drafter=[d for d, _ in configs],
+            extra={"threads": engine.target.n_threads},
+        ),
         "model": engine.model_id,
         "model_path": str(engine.model_path),
         "backend": engine.backend.name,
@@ -372,28 +372,16 @@ def summary_row(
 
 
 def to_markdown(result: dict) -> str:
+    machine = run_machine(result)
     lines = [
         f"Model {result['model']}, {result['prompts']} {result.get('prompt_set', 'chat')} "
         f"prompts, {result['max_tokens']} tokens max, "
         + (f"fastest of {result['runs']} runs per config, " if result.get("runs", 1) > 1 else "")
         + f"{_sampling(result.get('temperature', 0.0), result.get('top_p', 1.0))}; "
-        f"{result['machine']['cpu']}, "
-        f"{result['machine']['threads']} threads, git {result['machine']['git']}.",
+        f"{machine['cpu']}, {machine['threads']} threads, git {machine['git']}.",
         "",
-        "| config | tokens | tok/s | tau | speedup vs plain [95% interval] | bound "
-        "| draft ms/call | identical to plain |",
-        "|---|---|---|---|---|---|---|---|",
+        *summary_table(result),
     ]
-    sampled = result.get("temperature", 0.0) > 0
-    for s in result["summary"]:
-        identical = "n/a (sampled)" if sampled else ("yes" if s["identical"] else "NO")
-        bound = f"{s['bound']:.2f}x" if s.get("bound") is not None else "-"
-        lines.append(
-            f"| {s['config']} | {s['tokens']} | {s['tok_s']:.1f} | {s['tau']:.2f} | "
-            f"{s['speedup']:.2f}x {_interval(s.get('speedup_ci'))} | {bound} | "
-            f"{s['draft_ms']:.2f} | "
-            f"{identical} |"
-        )
     sets = list(result["summary"][0].get("per_set", {}))
     if len(sets) > 1:
         lines += [
@@ -407,7 +395,7 @@ def to_markdown(result: dict) -> str:
             lines.append(
                 f"| {s['config']} | "
                 + " | ".join(
-                    f"{s['per_set'][n]['speedup']:.2f}x "
+                    f"{s['per_set'][n]['speedup']:.2f}x"
                     f"{_interval(s['per_set'][n].get('speedup_ci'))} "
                     f"({s['per_set'][n]['tau']:.2f})"
                     for n in sets
@@ -425,13 +413,8 @@ def to_markdown(result: dict) -> str:
                     + " |"
                 )
     lines += ["", "Cost curve (time of a B-token decode over a 1-token decode):", ""]
-    sizes = list(result["cost_ratio"])
-    lines.append("| B | " + " | ".join(str(n) for n in sizes) + " |")
-    lines.append("|---|" + "---|" * len(sizes))
-    lines.append(
-        "| T(B)/T(1) | " + " | ".join(f"{result['cost_ratio'][n]:.2f}" for n in sizes) + " |"
-    )
-    lines.append(f"\nT(1) = {result['cost_curve_ms'][sizes[0]]:.2f} ms")
+    lines += cost_curve_table(result)
+    lines.append(f"\nT(1) = {result['cost_curve_ms'][next(iter(result['cost_ratio']))]:.2f} ms")
     bw = result.get("bandwidth")
     if bw:
         lines.append(
@@ -446,12 +429,43 @@ def to_markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def summary_table(result: dict) -> list[str]:
+    """Every configuration against plain decoding: the run's main table."""
+    lines = [
+        "| config | tokens | tok/s | tau | speedup vs plain [95% interval] | bound "
+        "| draft ms/call | identical to plain |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    sampled = result.get("temperature", 0.0) > 0
+    for s in result["summary"]:
+        identical = "n/a (sampled)" if sampled else ("yes" if s["identical"] else "NO")
+        bound = f"{s['bound']:.2f}x" if s.get("bound") is not None else "-"
+        lines.append(
+            f"| {s['config']} | {s['tokens']} | {s['tok_s']:.1f} | {s['tau']:.2f} | "
+            f"{s['speedup']:.2f}x{_interval(s.get('speedup_ci'))} | {bound} | "
+            f"{s['draft_ms']:.2f} | "
+            f"{identical} |"
+        )
+    return lines
+
+
+def cost_curve_table(result: dict) -> list[str]:
+    """T(B)/T(1) for every B measured."""
+    sizes = list(result["cost_ratio"])
+    return [
+        "| B | " + " | ".join(str(n) for n in sizes) + " |",
+        "|---|" + "---|" * len(sizes),
+        "| T(B)/T(1) | " + " | ".join(f"{result['cost_ratio'][n]:.2f}" for n in sizes) + " |",
+    ]
+
+
 def _histogram(blocks: dict) -> str:
     return " ".join(f"{b}:{n}" for b, n in sorted(blocks.items(), key=lambda x: int(x[0])))
 
 
 def _interval(ci: list[float] | None) -> str:
-    return f"[{ci[0]:.2f}-{ci[1]:.2f}]" if ci else ""
+    """' [lo-hi]' after a ratio, or nothing for a run that recorded no interval."""
+    return f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else ""
 
 
 def _sampling(temperature: float, top_p: float = 1.0) -> str:

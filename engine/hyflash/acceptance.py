@@ -23,6 +23,7 @@ import numpy as np
 from engine.bench.report import publish
 from engine.data_paths import DISTILL_ROOT, default_answers_path
 from engine.drafters.base import Drafter
+from engine.provenance import provenance, run_machine
 
 
 @dataclass
@@ -189,7 +190,6 @@ def _summary(walks: list[Walk], block: int, keys: list[str], files: list[str], t
 
 
 def run(args: argparse.Namespace) -> dict:
-    from engine.bench.speed import machine_info
     from engine.engine import make_drafter
     from engine.models import resolve_target
     from engine.target import LlamaTarget
@@ -200,6 +200,7 @@ def run(args: argparse.Namespace) -> dict:
     specs = [s.split("=", 1) if "=" in s else [s, s] for s in args.drafter]
     rows = []
     with LlamaTarget(gguf, n_ctx=512, n_threads=args.threads) as target:
+        threads = target.n_threads  # for the record: the default when --threads is not given
         decode_ms = _target_decode_ms(target)
         for label, spec in specs:
             drafter = make_drafter(spec, model_id, target)
@@ -221,8 +222,9 @@ def run(args: argparse.Namespace) -> dict:
                     file=sys.stderr,
                 )
     return {
-        "command": "hyflash acceptance " + " ".join(sys.argv[2:]),
-        "machine": machine_info(args.threads or 0),
+        "provenance": provenance(
+            target=gguf, drafter=[spec for _, spec in specs], extra={"threads": threads}
+        ),
         "model": model_id,
         "answers": [str(a) for a in args.answers],
         "sequences": len(tokens),
@@ -335,7 +337,7 @@ def to_markdown(result: dict) -> str:
     lines = [
         f"{result['sequences']} held-out greedy answers ({result['answer_tokens']} tokens) of "
         f"{result['model']}; 1-token target decode {result['target_decode_ms']:.2f} ms; "
-        f"git {result['machine']['git']}.",
+        f"git {run_machine(result)['git']}.",
         "",
         *_tau_table(result, blocks, labels, by),
         *_per_set_table(result["rows"], b, labels, by),

@@ -1,0 +1,368 @@
+"""`hyflash results render [--check]`: the tables of docs/RESULTS.md, generated from raw files.
+
+A generated table sits between two markers:
+
+    <!-- table: RENDERER FILE [FILE ...] [option=value ...] -->
+    | ... |
+    <!-- /table -->
+
+FILE paths are relative to the repository root. `render` rewrites every marked table from its
+files; `--check` rewrites nothing and exits 1 naming each table whose committed text differs
+from what its files give, so no number in a marked table is typed by hand. The renderers are
+the commands' own table code where the command prints that table.
+
+Renderers:
+  speed FILE             hyflash bench's table: every configuration against plain decoding
+  speed-runs FILE...     runs of the same configurations side by side (greedy, sampled, ...):
+                         speedup [interval], tau and drafter ms per run
+  speed-cost-curve FILE  hyflash bench's T(B)/T(1) row
+  drafter-time FILE      hyflash drafter-time's table
+  acceptance FILE...     hyflash acceptance rows (every drafter of every file, first file
+                         wins for a label), columns chosen by cols=a,b,... (default tau,ms,mem):
+                         tau (one per block), reach, sets, set-columns, reach-columns, late, ms,
+                         share, mem, files, vs-ngram; block=B for the single-block columns
+                         (default: the largest walked); rows="LABEL|LABEL" picks and orders
+                         drafters
+  speedup-costs RESULT VALIDATE
+                         hyflash speedup's stage times, verify costs and expected speed-up
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.bench.drafter_time import time_table
+from engine.bench.speed import _interval, _sampling, cost_curve_table, summary_table
+from engine.hyflash.acceptance import _table
+from engine.provenance import REPO
+
+RESULTS = REPO / "docs" / "RESULTS.md"
+_MARKER = re.compile(r"^<!-- table: (?P<spec>.+?) -->\n(?P<body>.*?)^<!-- /table -->$", re.M | re.S)
+# held-out set names as RESULTS writes them
+SET_NAMES = {
+    "aime2025": "AIME",
+    "gsm8k": "GSM8K",
+    "humaneval": "HumanEval",
+    "math500": "MATH",
+    "mbpp": "MBPP",
+    "mtbench": "MT-Bench",
+}
+_REACHES = ("near", "distant", "novel")
+
+
+@dataclass(frozen=True)
+class Table:
+    spec: str  # the marker's text: renderer, files, options
+    line: int  # of the opening marker, 1-based
+    body: str  # the committed text between the markers
+
+    @property
+    def name(self) -> str:
+        return f"line {self.line}: {self.spec}"
+
+
+def render_table(spec: str, root: Path = REPO) -> str:
+    """The text of one marked table (lines ending in newlines) from its files."""
+    words = shlex.split(spec)
+    if not words or words[0] not in RENDERERS:
+        raise ValueError(f"unknown table renderer in '{spec}': use one of {', '.join(RENDERERS)}")
+    files = [w for w in words[1:] if "=" not in w]
+    options = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+    results = []
+    for f in files:
+        try:
+            results.append(json.loads((root / f).read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"table '{spec}': cannot read {f}: {exc}") from exc
+    try:
+        lines = RENDERERS[words[0]](results, options)
+    except (KeyError, IndexError, TypeError, StopIteration) as exc:
+        raise ValueError(f"table '{spec}': its files lack {exc!r}") from exc
+    return "\n".join(lines) + "\n"
+
+
+def _found(text: str, m: re.Match) -> Table:
+    return Table(m["spec"], text.count("\n", 0, m.start()) + 1, m["body"])
+
+
+def tables(text: str) -> list[Table]:
+    return [_found(text, m) for m in _MARKER.finditer(text)]
+
+
+def render_text(text: str, root: Path = REPO) -> tuple[str, list[Table]]:
+    """(the text with every marked table regenerated, the tables whose text changed)."""
+    changed = []
+
+    def fill(m: re.Match) -> str:
+        table = _found(text, m)
+        if "<!-- table:" in table.body:  # its closing marker is missing: it would eat the next
+            raise ValueError(f"{table.name} has no <!-- /table --> before the next table")
+        body = render_table(table.spec, root)
+        if body != table.body:
+            changed.append(table)
+        return f"<!-- table: {table.spec} -->\n{body}<!-- /table -->"
+
+    return _MARKER.sub(fill, text), changed
+
+
+# ----- renderers --------------------------------------------------------------------------------
+
+
+def _one(results: list[dict], name: str) -> dict:
+    if len(results) != 1:
+        raise ValueError(f"the {name} renderer takes one file, not {len(results)}")
+    return results[0]
+
+
+def _acceptance(results: list[dict], options: dict[str, str]) -> list[str]:
+    rows: dict[tuple[str, int], dict] = {}
+    decode_ms: dict[str, float] = {}
+    for result in results:
+        for r in result["rows"]:
+            if (r["drafter"], r["block"]) not in rows:
+                rows[(r["drafter"], r["block"])] = r
+                decode_ms.setdefault(r["drafter"], result["target_decode_ms"])
+    labels = list(dict.fromkeys(label for label, _ in rows))
+    if "rows" in options:  # a choice of drafters, in this order: rows="ngram|HyFlash v4"
+        labels = options["rows"].split("|")
+        missing = [label for label in labels if not any(k[0] == label for k in rows)]
+        if missing:
+            raise ValueError(f"no drafter {', '.join(missing)} in the acceptance files")
+    blocks = sorted({b for _, b in rows})
+    if "blocks" in options:
+        blocks = [int(b) for b in options["blocks"].split(",")]
+    big = int(options.get("block", blocks[-1]))
+    columns = options.get("cols", "tau,ms,mem").split(",")
+    first = rows[(labels[0], big)]
+    head = ["drafter"]
+    for c in columns:
+        head += _HEADS[c](blocks, big, first)
+    body = []
+    for label in labels:
+        cells = [label]
+        for c in columns:
+            cells += _CELLS[c](rows, label, blocks, big, decode_ms[label])
+        body.append(cells)
+    return _table(head, body)
+
+
+def _get(rows: dict, label: str, block: int) -> dict | None:
+    return rows.get((label, block))
+
+
+def _kib(n: float) -> str:
+    return f"{n / 1024:,.0f} KiB"
+
+
+def _sets(row: dict) -> list[str]:
+    return sorted(row["per_set_tau"])
+
+
+def _files(row: dict) -> list[str]:
+    return list(row["per_file"])
+
+
+_HEADS: dict[str, Callable[[list[int], int, dict], list[str]]] = {
+    "tau": lambda blocks, big, first: [f"tau B={b}" for b in blocks],
+    "reach": lambda blocks, big, first: [f"near / distant / novel (B={big})"],
+    "sets": lambda blocks, big, first: [
+        " / ".join(SET_NAMES.get(s, s) for s in _sets(first)) + f" (B={big})"
+    ],
+    "set-columns": lambda blocks, big, first: [SET_NAMES.get(s, s) for s in _sets(first)],
+    "reach-columns": lambda blocks, big, first: [
+        f"{r} ({first['accepted_by_reach'].get(r, {}).get('steps', 0)})" for r in _REACHES
+    ],
+    "late": lambda blocks, big, first: [f"late slots {max(1, big // 2)}-{big - 1}: P(accepted)"],
+    "ms": lambda blocks, big, first: [f"drafter ms/step (B={' / '.join(map(str, blocks))})"],
+    "share": lambda blocks, big, first: ["drafter / decode"],
+    "mem": lambda blocks, big, first: ["draft memory (max)"],
+    "files": lambda blocks, big, first: [
+        f"{f} (mean {first['per_file'][f]['context_tokens_mean']:,.0f} tokens): tau B={big}, "
+        "draft memory"
+        for f in _files(first)
+    ],
+    "vs-ngram": lambda blocks, big, first: [f"vs n-gram (B={big})"],
+}
+
+
+def _num(row: dict | None, fmt: Callable[[dict], str]) -> str:
+    return "-" if row is None else fmt(row)
+
+
+def _cells_tau(rows, label, blocks, big, decode_ms):
+    return [_num(_get(rows, label, b), lambda r: f"{r['tau']:.2f}") for b in blocks]
+
+
+def _reach_means(r: dict) -> list[str]:
+    reach = r["accepted_by_reach"]
+    return [f"{reach[k]['mean_accepted']:.2f}" if k in reach else "-" for k in _REACHES]
+
+
+def _cells_reach(rows, label, blocks, big, decode_ms):
+    return [_num(_get(rows, label, big), lambda r: " / ".join(_reach_means(r)))]
+
+
+def _cells_sets(rows, label, blocks, big, decode_ms):
+    r = _get(rows, label, big)
+    return [_num(r, lambda r: " / ".join(f"{r['per_set_tau'][s]:.2f}" for s in _sets(r)))]
+
+
+def _cells_set_columns(rows, label, blocks, big, decode_ms):
+    r = _get(rows, label, big)
+    return [f"{t:.2f}" for _, t in sorted(r["per_set_tau"].items())]
+
+
+def _cells_reach_columns(rows, label, blocks, big, decode_ms):
+    return _reach_means(_get(rows, label, big))
+
+
+def _cells_late(rows, label, blocks, big, decode_ms):
+    return [_num(_get(rows, label, big), lambda r: f"{r['late_slot_accept']:.3f}")]
+
+
+def _cells_ms(rows, label, blocks, big, decode_ms):
+    cells = [_num(_get(rows, label, b), lambda r: f"{r['drafter_ms']:.2f}") for b in blocks]
+    return [" / ".join(cells)]
+
+
+def _cells_share(rows, label, blocks, big, decode_ms):
+    cells = [
+        _num(_get(rows, label, b), lambda r: f"{100 * r['drafter_ms'] / decode_ms:.0f}%")
+        for b in blocks
+    ]
+    return [" / ".join(cells)]
+
+
+def _cells_mem(rows, label, blocks, big, decode_ms):
+    r = next(rows[(label, b)] for b in blocks if (label, b) in rows)
+    return [_kib(r["memory_bytes_max"])]
+
+
+def _cells_files(rows, label, blocks, big, decode_ms):
+    r = _get(rows, label, big)
+    return [
+        f"{r['per_file'][f]['tau']:.2f}, {_kib(r['per_file'][f]['memory_bytes_max'])}"
+        for f in _files(r)
+    ]
+
+
+def _cells_vs_ngram(rows, label, blocks, big, decode_ms):
+    ngram = _get(rows, "ngram", big)
+    r = _get(rows, label, big)
+    if ngram is None or r is None:
+        return ["-"]
+    return [f"{r['tau'] / ngram['tau']:.2f}x"]
+
+
+_CELLS = {
+    "tau": _cells_tau,
+    "reach": _cells_reach,
+    "sets": _cells_sets,
+    "set-columns": _cells_set_columns,
+    "reach-columns": _cells_reach_columns,
+    "late": _cells_late,
+    "ms": _cells_ms,
+    "share": _cells_share,
+    "mem": _cells_mem,
+    "files": _cells_files,
+    "vs-ngram": _cells_vs_ngram,
+}
+
+
+def _speed_runs(results: list[dict], options: dict[str, str]) -> list[str]:
+    """Runs of the same configurations side by side (greedy and sampled, or reruns): per run
+    the speedup over plain decoding with its interval (plain: its tok/s), tau, drafter ms."""
+    head = ["config"]
+    for r in results:
+        run = _sampling(r.get("temperature", 0.0), r.get("top_p", 1.0))
+        head += [f"{run}: speedup [95% interval]", "tau", "drafter ms/step"]
+    by_key = [{s["key"]: s for s in r["summary"]} for r in results]
+    body = []
+    for s in results[0]["summary"]:
+        cells = [s["config"]]
+        for runs in by_key:
+            row = runs.get(s["key"])
+            if row is None:
+                cells += ["-", "-", "-"]
+            elif row["key"] == "none:1":
+                cells += [f"1.00x ({row['tok_s']:.1f} tok/s)", f"{row['tau']:.2f}", ""]
+            else:
+                speedup = f"{row['speedup']:.2f}x{_interval(row.get('speedup_ci'))}"
+                cells += [speedup, f"{row['tau']:.2f}", f"{row['draft_ms']:.2f}"]
+        body.append(cells)
+    return _table(head, body)
+
+
+def _speedup_costs(results: list[dict], options: dict[str, str]) -> list[str]:
+    if len(results) != 2:
+        raise ValueError("speedup-costs takes result.json and validate.json")
+    result, validate = results
+    stages = result["stage_seconds"]
+    cost = {int(b): s for b, s in validate["verify_cost_s"].items()}
+    ratios = [b for b in (2, 4, 8, 16) if b in cost]
+    head = [
+        *(f"{s} (s)" for s in ("features", "train", "export", "validate")),
+        "T(1) ms",
+        *(f"T({b})/T(1)" for b in ratios),
+        "expected speed-up",
+    ]
+    row = [
+        *(f"{stages[s]:,.0f}" for s in ("features", "train", "export", "validate")),
+        f"{1000 * cost[1]:.1f}",
+        *(f"{cost[b] / cost[1]:.2f}" for b in ratios),
+        f"{result['expected_speedup']:.2f}",
+    ]
+    return _table(head, [row])
+
+
+RENDERERS: dict[str, Callable[[list[dict], dict[str, str]], list[str]]] = {
+    "speed": lambda results, options: summary_table(_one(results, "speed")),
+    "speed-runs": _speed_runs,
+    "speed-cost-curve": lambda results, options: cost_curve_table(_one(results, "speed")),
+    "drafter-time": lambda results, options: time_table(_one(results, "drafter-time")),
+    "acceptance": _acceptance,
+    "speedup-costs": _speedup_costs,
+}
+
+
+# ----- command ----------------------------------------------------------------------------------
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    text = path.read_text(encoding="utf-8")
+    try:
+        new, changed = render_text(text, Path(args.root))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    found = len(tables(text))
+    if args.check:
+        for t in changed:
+            print(f"{path}: table differs from its raw files: {t.name}", file=sys.stderr)
+        if not changed:
+            print(f"{path}: {found} generated tables match their raw files")
+        return 1 if changed else 0
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+    print(f"{path}: {found} tables rendered, {len(changed)} changed")
+    for t in changed:
+        print(f"  {t.name}")
+    return 0
+
+
+def add_results_parser(sub) -> None:
+    results = sub.add_parser("results", help="the tables of docs/RESULTS.md from raw files")
+    inner = results.add_subparsers(dest="results_command", required=True)
+    p = inner.add_parser("render", help="rewrite every marked table from its raw files")
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table differs")
+    p.add_argument("--file", default=str(RESULTS), help="the Markdown file (default: RESULTS.md)")
+    p.add_argument("--root", default=str(REPO), help="where raw file paths start")
+    p.set_defaults(func=cmd_render)
