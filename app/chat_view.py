@@ -133,7 +133,10 @@ class MarkdownBlock(_PassWheel, QTextBrowser):
 
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)
-        self.document().setTextWidth(self.viewport().width())
+        # setTextWidth lays the whole document out again even at the same width, and every
+        # new line of a growing answer changes the height
+        if self.document().textWidth() != self.viewport().width():
+            self.document().setTextWidth(self.viewport().width())
         self._fit()
 
     def _fit(self, *_args) -> None:
