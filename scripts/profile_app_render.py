@@ -29,7 +29,9 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 # Prompts per answer kind, tried in order until one answers with MIN_TOKENS or more (the
-# small model often stops early); the longest answer is kept.
+# small model often stops early or never writes code); the longest fitting answer is kept.
+# A mixed answer must hold prose and code: the embedded SmolLM2-135M does not write one that
+# long, Qwen2.5-Coder-0.5B does (record --kinds mixed --model qwen2.5-coder-0.5b-instruct).
 ANSWERS = {
     "prose": [
         "Explain in detail how the Internet works: write many paragraphs about packets, "
@@ -89,12 +91,19 @@ def _record_one(engine, prompt: str, settings) -> dict:
     }
 
 
-def record(out: Path, max_tokens: int, threads: int | None, kinds: list[str]) -> None:
+def _fits(kind: str, entry: dict) -> bool:
+    has_code = "```" in entry["text"]
+    return has_code if kind == "mixed" else kind != "code" or has_code
+
+
+def record(
+    out: Path, max_tokens: int, threads: int | None, kinds: list[str], model: str | None
+) -> None:
     """Record answers of `kinds` into `out`, keeping the entries of other kinds there."""
     from engine.engine import Engine
     from engine.events import GenerationSettings
 
-    engine = Engine(None, drafter="hyflash", n_threads=threads)
+    engine = Engine(model, drafter="hyflash", n_threads=threads)
     settings = GenerationSettings(
         max_tokens=max_tokens, block_size="auto", temperature=0.2, top_p=0.9, seed=0
     )
@@ -111,10 +120,14 @@ def record(out: Path, max_tokens: int, threads: int | None, kinds: list[str]) ->
                 f"{kind}: {entry['tokens']} tokens, {len(entry['updates'])} updates",
                 file=sys.stderr,
             )
+            if not _fits(kind, entry):
+                continue
             if best is None or entry["tokens"] > best["tokens"]:
                 best = entry
             if best["tokens"] >= MIN_TOKENS:
                 break
+        if best is None:
+            raise SystemExit(f"no {kind} answer fits (see above)")
         kept[kind] = best
     engine.close()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -295,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--max-tokens", type=int, default=1000)
     r.add_argument("--threads", type=int, default=None)
     r.add_argument("--kinds", default=",".join(ANSWERS), help="answer kinds to (re)record")
+    r.add_argument("--model", default=None, help="the target (default: the embedded model)")
     q = sub.add_parser("replay", help="replay the answers into a card, timed")
     q.add_argument("--answers", type=Path, default=Path("docs/bench/app-render/answers.jsonl"))
     q.add_argument("--out", type=Path, default=None)
@@ -304,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("results", type=Path, nargs="+")
     args = p.parse_args(argv)
     if args.cmd == "record":
-        record(args.out, args.max_tokens, args.threads, [k for k in args.kinds.split(",") if k])
+        kinds = [k for k in args.kinds.split(",") if k]
+        record(args.out, args.max_tokens, args.threads, kinds, args.model)
     elif args.cmd == "replay":
         replay(args.answers, args.out, args.label, args.speed)
     else:
