@@ -2,16 +2,30 @@
 
 Each card splits its Markdown into prose and fenced code (app.markdown). Prose goes to an
 auto-height QTextBrowser via Qt's own CommonMark parser; code goes to a monospace block with
-a Copy button. While streaming only the blocks that changed are re-rendered, so a 30 Hz
-update costs one small document, not the whole conversation.
+a Copy button.
+
+While an answer streams (MessageWidget.stream_text) an update costs its new text, not the
+answer: the split resumes at the open block, finished blocks are never touched, an open code
+block gets its new text appended (tinted and measured alone), and an open prose block keeps
+its settled paragraphs and re-renders only its open tail, at most TAIL_INTERVAL_S apart. The
+end (set_text) renders in full whatever the streaming layout may show differently, so the
+final card equals a full render of the answer.
 """
 
 from __future__ import annotations
 
 import math
+import time
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QGuiApplication, QTextCharFormat, QTextCursor
+from PySide6.QtGui import (
+    QColor,
+    QGuiApplication,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocumentFragment,
+)
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -26,9 +40,18 @@ from PySide6.QtWidgets import (
 )
 
 from app import theme
-from app.markdown import Block, Run, drafted_spans, run_pieces, split_blocks
+from app.markdown import (
+    Block,
+    Run,
+    drafted_spans,
+    resume_at,
+    run_pieces,
+    settled_end,
+    split_blocks,
+)
 
 STICK_MARGIN_PX = 48  # "at the bottom" tolerance for auto-scroll while streaming
+TAIL_INTERVAL_S = 0.1  # an open prose tail is re-rendered at most ~10 times a second
 
 
 def _flat_button(text: str, tip: str) -> QToolButton:
@@ -62,17 +85,58 @@ class MarkdownBlock(_PassWheel, QTextBrowser):
         self.document().setDocumentMargin(0)
         self.document().documentLayout().documentSizeChanged.connect(self._fit)
         self.source_text = ""
+        self.partial = False  # the document is a streaming layout, not a full render
+        self._settled = 0  # source_text[:_settled] is rendered as settled paragraphs
+        self._tail_pos = 0  # document position where the open tail starts
 
     def set_content(self, markdown: str, runs: list[Run] | None) -> None:
         self.source_text = markdown
+        self.partial = False
+        self._settled = self._tail_pos = 0
         self.setMarkdown(markdown)
         if runs:
             _tint_rendered(self.document(), runs)
         self._fit()
 
+    def stream_content(self, markdown: str, runs: list[Run] | None) -> None:
+        """Show a prose block that is still growing: paragraphs settled since the last call
+        are appended once, then only the open tail is rendered again."""
+        if not markdown.startswith(self.source_text[: self._settled]):
+            self.set_content(markdown, runs)
+            return
+        end = settled_end(markdown, self._settled)
+        if end > self._settled:
+            self._replace_tail(markdown[self._settled : end], _pieces(runs, self._settled, end))
+            self._settled = end
+            self._tail_pos = self.document().characterCount() - 1
+        self._replace_tail(markdown[end:], _pieces(runs, end, len(markdown)))
+        self.source_text = markdown
+        self.partial = self._settled > 0
+        self._fit()
+
+    def _replace_tail(self, markdown: str, runs: list[Run] | None) -> None:
+        doc = self.document()
+        if self._tail_pos == 0:  # nothing settled: the tail is the whole document
+            self.setMarkdown(markdown)
+        else:
+            cursor = QTextCursor(doc)
+            cursor.setPosition(self._tail_pos)
+            cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+            cursor.removeSelectedText()
+            if markdown.strip():
+                # a fresh block, so that the tail neither joins the settled part's last
+                # paragraph nor inherits its list
+                cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+                cursor.insertFragment(QTextDocumentFragment.fromMarkdown(markdown))
+        if runs:
+            _tint_rendered(doc, runs, self._tail_pos)
+
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)
-        self.document().setTextWidth(self.viewport().width())
+        # setTextWidth lays the whole document out again even at the same width, and every
+        # new line of a growing answer changes the height
+        if self.document().textWidth() != self.viewport().width():
+            self.document().setTextWidth(self.viewport().width())
         self._fit()
 
     def _fit(self, *_args) -> None:
@@ -81,10 +145,21 @@ class MarkdownBlock(_PassWheel, QTextBrowser):
             self.setFixedHeight(height)
 
 
-def _tint_rendered(doc, runs: list[Run]) -> None:
-    """Tint accepted-draft runs in rendered Markdown. Rendering drops markup (`**`, `#`), so
-    runs are found in order in the plain text; one that cannot be found is left untinted."""
-    plain = doc.toPlainText()
+def _pieces(runs: list[Run] | None, start: int, end: int) -> list[Run] | None:
+    return run_pieces(runs, start, end) if runs else None
+
+
+def _tint_rendered(doc, runs: list[Run], start: int = 0) -> None:
+    """Tint accepted-draft runs in rendered Markdown from document position `start` on.
+    Rendering drops markup (`**`, `#`), so runs are found in order in the plain text; one
+    that cannot be found is left untinted."""
+    if start == 0:
+        plain = doc.toPlainText()
+    else:  # only the tail's text, with toPlainText's line breaks
+        cursor = QTextCursor(doc)
+        cursor.setPosition(start)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        plain = cursor.selectedText().replace("\u2029", "\n").replace("\u2028", "\n")
     fmt = QTextCharFormat()
     fmt.setBackground(QColor(theme.colors().tint))
     pos = 0
@@ -97,8 +172,8 @@ def _tint_rendered(doc, runs: list[Run]) -> None:
             continue
         if drafted:
             cursor = QTextCursor(doc)
-            cursor.setPosition(idx)
-            cursor.setPosition(idx + len(needle), QTextCursor.MoveMode.KeepAnchor)
+            cursor.setPosition(start + idx)
+            cursor.setPosition(start + idx + len(needle), QTextCursor.MoveMode.KeepAnchor)
             cursor.mergeCharFormat(fmt)
         pos = idx + len(needle)
 
@@ -138,30 +213,87 @@ class CodeBlockWidget(QFrame):
         self.view.document().setDocumentMargin(2)
         layout.addWidget(self.view)
         self.code = ""
+        self.partial = False  # never: appended text renders exactly as a full set would
+        self._lines = 1  # lines of self.code
+        self._widest = 0  # pixel width of its widest complete line (the last one excluded)
 
     def set_content(self, block: Block, runs: list[Run] | None) -> None:
         self.lang.setText(block.lang or "code")
         if block.text != self.code or runs:
             self.code = block.text
-            self.view.setPlainText(block.text)
-            if runs:  # runs are clipped to this block, so offsets are code offsets
-                fmt = QTextCharFormat()
-                fmt.setBackground(QColor(theme.colors().tint))
-                for a, b in drafted_spans(runs, 0, len(block.text)):
-                    cursor = QTextCursor(self.view.document())
-                    cursor.setPosition(a)
-                    cursor.setPosition(b, QTextCursor.MoveMode.KeepAnchor)
-                    cursor.mergeCharFormat(fmt)
+            # setPlainText would give the text the format at the old text's end (a tint)
+            self.view.setPlainText("")
+            spans = drafted_spans(runs, 0, len(block.text)) if runs else []
+            self._append_code(block.text, spans)  # runs are clipped to this block
+        self._measure(0)
         self._fit()
+
+    def stream_content(self, block: Block, runs: list[Run] | None) -> None:
+        """Show a code block that is still growing: only its new text is inserted, tinted
+        and measured."""
+        self.lang.setText(block.lang or "code")
+        if self.code.startswith(block.text) and len(self.code) > len(block.text):
+            self._cut_code(len(block.text))  # a closing fence had begun as a line of code
+            return
+        if not block.text.startswith(self.code):
+            self.set_content(block, runs)
+            return
+        old = len(self.code)
+        if len(block.text) > old:
+            spans = drafted_spans(runs, old, len(block.text)) if runs else []
+            self._append_code(block.text[old:], spans)
+            self.code = block.text
+            self._measure(old)
+            self._fit()
+
+    def _cut_code(self, keep: int) -> None:
+        cursor = QTextCursor(self.view.document())
+        cursor.setPosition(keep)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        removed, self.code = self.code[keep:], self.code[:keep]
+        if "\n" in removed[1:]:  # a complete line went: measure again
+            self._measure(0)
+        else:
+            self._lines -= removed.count("\n")
+        self._fit()
+
+    def _append_code(self, text: str, spans: list[tuple[int, int]]) -> None:
+        """Insert `text` at the end, the drafted `spans` (relative to it) tinted; inserting
+        with explicit formats keeps the tint of the text before from spreading."""
+        cursor = QTextCursor(self.view.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        plain, tint = QTextCharFormat(), QTextCharFormat()
+        tint.setBackground(QColor(theme.colors().tint))
+        pos = 0
+        for a, b in spans:
+            if a > pos:
+                cursor.insertText(text[pos:a], plain)
+            cursor.insertText(text[a:b], tint)
+            pos = b
+        if pos < len(text):
+            cursor.insertText(text[pos:], plain)
+
+    def _measure(self, since: int) -> None:
+        """Update the line count and widest complete line for the text from `since` on (0:
+        all of it); the open last line is measured by _fit."""
+        metrics = self.view.fontMetrics()
+        start = self.code.rfind("\n", 0, since) + 1 if since else 0
+        if not since:
+            self._lines, self._widest = 1, 0
+        done = self.code[start:].split("\n")[:-1]  # lines completed by the new text
+        self._lines += len(done)
+        self._widest = max([self._widest, *(metrics.horizontalAdvance(line) for line in done)])
 
     def _fit(self) -> None:
         metrics = self.view.fontMetrics()
-        lines = max(1, self.code.count("\n") + 1)
-        height = lines * metrics.lineSpacing() + 10
-        widest = max((metrics.horizontalAdvance(line) for line in self.code.split("\n")), default=0)
+        height = self._lines * metrics.lineSpacing() + 10
+        last = self.code[self.code.rfind("\n") + 1 :]
+        widest = max(self._widest, metrics.horizontalAdvance(last))
         if widest + 12 > self.view.viewport().width():
             height += self.view.horizontalScrollBar().sizeHint().height()
-        self.view.setFixedHeight(height)
+        if height != self.view.height():
+            self.view.setFixedHeight(height)
 
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)
@@ -169,6 +301,12 @@ class CodeBlockWidget(QFrame):
 
     def copy(self) -> None:
         QGuiApplication.clipboard().setText(self.code)
+
+
+def _same(old: Block, new: Block) -> bool:
+    """Whether a widget showing `old` shows `new` as well (offsets and a fence's closing do
+    not show)."""
+    return old.text == new.text and old.lang == new.lang
 
 
 class MessageWidget(QFrame):
@@ -223,31 +361,82 @@ class MessageWidget(QFrame):
         self.footer.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         outer.addWidget(self.footer)
         self._blocks: list[tuple[Block, list[Run] | None, QWidget]] = []
+        self._streamed = ""  # the text the last stream update parsed ("" after set_text)
+        self._tail_at = 0.0  # when the open prose tail was last rendered (monotonic s)
+        self._tail_timer = QTimer(self)
+        self._tail_timer.setSingleShot(True)
+        self._tail_timer.timeout.connect(self._show_stream)
 
     # ----- content ----------------------------------------------------------------------------
 
     def set_text(self, text: str, runs: list[Run] | None = None) -> None:
-        """Show `text`; `runs` (text, drafted) covering it tints accepted drafts when given.
-        Blocks whose text and runs did not change are left alone."""
+        """Show `text` in full; `runs` (text, drafted) covering it tints accepted drafts when
+        given. Blocks whose text and runs did not change, and that show a full render, are
+        left alone (so the end of a stream renders only what streaming left partial)."""
+        self._tail_timer.stop()
         self.text = text
         self.runs = runs or []
-        blocks = split_blocks(text)
-        for i, block in enumerate(blocks):
+        self._update(split_blocks(text), 0, runs, streaming=False)
+
+    def stream_text(self, text: str, runs: list[Run] | None = None) -> None:
+        """Show `text`, an answer still being written (each call extends the last one's
+        text): only the open block is touched, an open prose tail at most every
+        TAIL_INTERVAL_S (a timer catches up). set_text ends the stream."""
+        self.text = text
+        self.runs = runs or []
+        self._show_stream()
+
+    def _show_stream(self) -> None:
+        text = self.text
+        old = [b for b, _p, _w in self._blocks]
+        resume = self._streamed and text.startswith(self._streamed)
+        first = resume_at(self._streamed, old) if resume else 0
+        head = old[first].head if first < len(old) else 0
+        self._streamed = text
+        self._update([*old[:first], *split_blocks(text, head)], first, self.runs or None, True)
+
+    def _update(
+        self, blocks: list[Block], first: int, runs: list[Run] | None, streaming: bool
+    ) -> None:
+        """Make blocks[first:] shown (those before are unchanged by the caller's word)."""
+        for i in range(first, len(blocks)):
+            block = blocks[i]
             end = block.start + len(block.text)
             pieces = run_pieces(runs, block.start, end) if runs else None
+            open_tail = streaming and i == len(blocks) - 1
             if i < len(self._blocks):
                 old, old_pieces, widget = self._blocks[i]
                 if old.kind == block.kind:
-                    if old != block or old_pieces != pieces:
+                    if open_tail:
+                        self._stream_fill(widget, block, pieces)
+                    elif widget.partial or not _same(old, block) or old_pieces != pieces:
                         self._fill(widget, block, pieces)
-                        self._blocks[i] = (block, pieces, widget)
+                    self._blocks[i] = (block, pieces, widget)
                     continue
                 self._drop_from(i)
             widget = MarkdownBlock() if block.kind == "text" else CodeBlockWidget(self.font_size)
             self.body.addWidget(widget)
-            self._fill(widget, block, pieces)
             self._blocks.append((block, pieces, widget))
+            if open_tail:
+                self._stream_fill(widget, block, pieces)
+            else:
+                self._fill(widget, block, pieces)
         self._drop_from(len(blocks))
+        if not streaming:
+            self._streamed = ""
+
+    def _stream_fill(self, widget: QWidget, block: Block, pieces: list[Run] | None) -> None:
+        if isinstance(widget, CodeBlockWidget):
+            widget.stream_content(block, pieces)
+            return
+        wait = TAIL_INTERVAL_S - (time.monotonic() - self._tail_at)
+        if wait > 0:  # rendered a moment ago: the timer shows the latest text then
+            widget.partial = True  # until then it shows less than its block
+            if not self._tail_timer.isActive():
+                self._tail_timer.start(math.ceil(wait * 1000))
+            return
+        widget.stream_content(block.text, pieces)
+        self._tail_at = time.monotonic()
 
     @staticmethod
     def _fill(widget: QWidget, block: Block, pieces: list[Run] | None) -> None:

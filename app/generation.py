@@ -18,8 +18,7 @@ from app.markdown import Run
 from app.settings import AppSettings
 from app.storage import Storage, StorageError, answer_record
 from app.worker import EngineHost, GenerationRequest, StatsUpdate, disconnect_all
-from engine.engine import EngineInfo
-from engine.events import Finished, StepStats
+from engine.events import EngineInfo, Finished, StepStats
 
 
 @dataclass

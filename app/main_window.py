@@ -312,7 +312,7 @@ class MainWindow(QMainWindow):
 
     def _show_answer_text(self, a: ActiveAnswer) -> None:
         if a.conv_id == self.chats.current:
-            a.widget.set_text(a.text, self._tint(a.runs))
+            a.widget.stream_text(a.text, self._tint(a.runs))
             a.widget.set_status("writing…")
 
     def _show_finished_answer(

@@ -58,7 +58,8 @@ class DownloadWorker(QObject):
 
     @Slot(object, object)
     def download(self, entry: CatalogEntry, cancel: threading.Event) -> None:
-        from engine.downloads import DownloadCancelled, download_model
+        from engine.download_errors import DownloadCancelled
+        from engine.downloads import download_model
 
         last = 0.0
 

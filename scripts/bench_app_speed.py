@@ -1,13 +1,17 @@
 """Window vs command line: decode speed of answers streamed in the real app window (offscreen,
 engine on its worker thread) against the same engine driven directly as `hyflash generate`
-does, on the same prompts, per thread count; and how long the window's event loop stalled.
+does, on the same prompts, per answer kind and thread count; how much CPU the window's UI
+thread spent per streamed token; and how long the window's event loop stalled.
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python scripts/bench_app_speed.py --out DIR
 
-Every configuration answers every prompt back to back, in alternating order. The window runs
-at the app's settings (HyFlash drafter, block size auto, temperature 0.2, top-p 0.9 unless
-told otherwise); a 10 ms QTimer records the event loop's gaps while an answer streams. A
-benchmark (numbers printed and written), not a test.
+Answer kinds (--kinds): chat (short chat answers), code (code-heavy answers with long fenced
+blocks) and long (800+ token answers, prose and code mixed); each has its own prompts and
+token limit. Every configuration answers every prompt back to back, in alternating order. The
+window runs at the app's settings (HyFlash drafter, block size auto, temperature 0.2, top-p
+0.9 unless told otherwise); a 10 ms QTimer records the event loop's gaps while an answer
+streams, and the UI thread's CPU time (time.thread_time in the UI thread) is read around each
+answer. A benchmark (numbers printed and written), not a test.
 """
 
 from __future__ import annotations
@@ -23,6 +27,24 @@ from pathlib import Path
 import numpy as np
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+CODE_PROMPTS = [
+    "Write a Python class for a stack with push, pop and peek, then an example.",
+    "Write a Python function that reads a CSV file into a list of dictionaries, with error "
+    "handling, type hints and a docstring, then show how to call it.",
+    "Write a JavaScript debounce function with comments, and an example of using it.",
+    "Write a Python script that counts the words in a text file and prints the ten most "
+    "common ones, using argparse and collections.Counter.",
+]
+LONG_PROMPTS = [
+    "Write a long tutorial on Python decorators. For each of these six topics write a "
+    "paragraph of explanation followed by a complete code example: a simple decorator, "
+    "decorators with arguments, functools.wraps, class decorators, stacking decorators, and "
+    "a caching decorator.",
+    "Explain in detail how the Internet works: write many paragraphs about packets, routing, "
+    "DNS, TCP and HTTP, with a few bulleted lists and nested lists.",
+]
+KIND_MAX_TOKENS = {"chat": 200, "code": 400, "long": 900}
 
 
 def spin(predicate, timeout: float) -> bool:
@@ -48,41 +70,37 @@ def spin(predicate, timeout: float) -> bool:
     return bool(predicate())
 
 
-def window_answer(window, prompt: str, gaps_timer: bool) -> tuple[int, float, list[float]]:
-    """(tokens, decode seconds, event-loop gaps in ms: none without the timer) of one answer
-    in a fresh chat."""
-    from PySide6.QtCore import QElapsedTimer, QTimer
+def window_answer(window, prompt: str, gaps_timer: bool) -> tuple[int, float, list[float], float]:
+    """(tokens, decode seconds, event-loop gaps in ms: none without the timer, UI-thread CPU
+    seconds) of one answer in a fresh chat."""
+    from app.loop_gaps import LoopGaps
 
     window.new_conversation()
-    gaps: list[float] = []
-    clock = QElapsedTimer()
-    clock.start()
-    last = [clock.elapsed()]
-
-    def tick() -> None:
-        now = clock.elapsed()
-        gaps.append(now - last[0])
-        last[0] = now
-
-    timer = QTimer()
-    timer.setInterval(10)
-    timer.timeout.connect(tick)
+    loop = LoopGaps()
     if gaps_timer:
-        timer.start()
+        loop.start()
+    cpu0 = time.thread_time()  # this is the UI thread: it runs the window's event loop
     if not window.send_message(prompt):
         raise RuntimeError("the window did not accept the prompt")
-    if not spin(lambda: window.active is None, 600):
+    if not spin(lambda: window.answers.active is None, 600):
         raise RuntimeError("the answer did not finish")
-    timer.stop()
-    stats = window.last_finished.stats
-    return stats.tokens_generated, stats.tokens_generated / stats.tokens_per_s, gaps
+    ui_cpu = time.thread_time() - cpu0
+    loop.stop()
+    stats = window.answers.last_finished.stats
+    return stats.tokens_generated, stats.tokens_generated / stats.tokens_per_s, loop.gaps, ui_cpu
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", default="", help="window thread counts (default: 1..cores)")
-    p.add_argument("--prompts", type=int, default=6)
-    p.add_argument("--max-tokens", type=int, default=200)
+    p.add_argument("--kinds", default="chat,code,long", help="answer kinds to run")
+    p.add_argument("--prompts", type=int, default=6, help="chat prompts")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="token limit of every answer (default: chat 200, code 400, long 900)",
+    )
     p.add_argument("--temperature", type=float, default=0.2)
     p.add_argument("--top-p", type=float, default=0.9)
     p.add_argument("--drafter", default="hyflash")
@@ -110,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         [float(x) for x in args.switch_intervals.split(",")] if args.switch_intervals else []
     )
     rates = [float(x) for x in args.update_rates.split(",") if x]
+    kinds = [k for k in args.kinds.split(",") if k]
+    if unknown := set(kinds) - set(KIND_MAX_TOKENS):
+        p.error(f"unknown answer kinds: {', '.join(sorted(unknown))}")
 
     cores = os.cpu_count() or 2
     counts = [int(t) for t in args.threads.split(",")] if args.threads else [*range(1, cores + 1)]
@@ -121,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         "block_size": "auto",
         "temperature": args.temperature,
         "top_p": args.top_p,
-        "max_tokens": args.max_tokens,
+        "max_tokens": args.max_tokens or KIND_MAX_TOKENS["chat"],  # each kind sets its own
     }
     (home / "config").mkdir()
     (home / "data").mkdir()
@@ -135,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.bench.prompts import CHAT_PROMPTS
     from engine.bench.speed import machine_info, run_once
     from engine.engine import Engine
+    from engine.provenance import provenance
     from engine.target import default_threads
 
     default_emit = worker.EMIT_INTERVAL_S
@@ -148,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             raise RuntimeError(f"the window's engine did not load: {host.state_message}")
         window = MainWindow(host=host)
         window.show()
-        spin(lambda w=window: w.engine_info is not None, 60)
+        spin(lambda w=window: w.engine_link.info is not None, 60)
         name = f"window, {t} thread{'s' * (t > 1)}"
         for interval in intervals or [None]:
             for rate in rates or [None]:
@@ -162,63 +184,103 @@ def main(argv: list[str] | None = None) -> int:
     cli = Engine(None, drafter=args.drafter, n_threads=cli_threads)
     cli_name = f"command line, {cli_threads} threads"
     names = [cli_name, *windows]
-    totals = {n: {"tokens": 0, "decode_s": 0.0, "gaps": []} for n in names}
-    prompts = CHAT_PROMPTS[: args.prompts]
-    for i, prompt in enumerate(prompts):
-        for name in names if i % 2 == 0 else names[::-1]:
-            if name == cli_name:
-                run = run_once(cli, prompt, "auto", args.max_tokens, args.temperature, args.top_p)
-                tokens, decode_s, gaps = len(run.tokens), run.decode_s, []
-            else:
-                window, interval, rate = windows[name]
-                sys.setswitchinterval(interval or default_interval)
-                worker.EMIT_INTERVAL_S = 1 / rate if rate else default_emit
-                tokens, decode_s, gaps = window_answer(window, prompt, not args.no_gap_timer)
-                sys.setswitchinterval(default_interval)
-                worker.EMIT_INTERVAL_S = default_emit
-            totals[name]["tokens"] += tokens
-            totals[name]["decode_s"] += decode_s
-            totals[name]["gaps"] += gaps
-        print(f"prompt {i + 1}/{len(prompts)} done", file=sys.stderr)
+    prompt_sets = {
+        "chat": CHAT_PROMPTS[: args.prompts],
+        "code": CODE_PROMPTS,
+        "long": LONG_PROMPTS,
+    }
+    totals = {
+        (kind, n): {"tokens": 0, "decode_s": 0.0, "gaps": [], "ui_cpu_s": 0.0, "answers": 0}
+        for kind in kinds
+        for n in names
+    }
+    i = 0
+    for kind in kinds:
+        max_tokens = args.max_tokens or KIND_MAX_TOKENS[kind]
+        for prompt in prompt_sets[kind]:
+            for name in names if i % 2 == 0 else names[::-1]:
+                t = totals[(kind, name)]
+                if name == cli_name:
+                    run = run_once(cli, prompt, "auto", max_tokens, args.temperature, args.top_p)
+                    tokens, decode_s, gaps = len(run.tokens), run.decode_s, []
+                else:
+                    window, interval, rate = windows[name]
+                    window.settings.max_tokens = max_tokens
+                    sys.setswitchinterval(interval or default_interval)
+                    worker.EMIT_INTERVAL_S = 1 / rate if rate else default_emit
+                    tokens, decode_s, gaps, ui_cpu = window_answer(
+                        window, prompt, not args.no_gap_timer
+                    )
+                    sys.setswitchinterval(default_interval)
+                    worker.EMIT_INTERVAL_S = default_emit
+                    t["ui_cpu_s"] += ui_cpu
+                t["tokens"] += tokens
+                t["decode_s"] += decode_s
+                t["gaps"] += gaps
+                t["answers"] += 1
+            i += 1
+            print(f"{kind} prompt {i} done", file=sys.stderr)
 
-    cli_speed = totals[cli_name]["tokens"] / totals[cli_name]["decode_s"]
     rows = []
-    for name in names:
-        t = totals[name]
-        gaps = t["gaps"]
-        rows.append(
-            {
-                "config": name,
-                "tokens": t["tokens"],
-                "tok_s": t["tokens"] / t["decode_s"],
-                "vs_cli": t["tokens"] / t["decode_s"] / cli_speed,
-                "max_gap_ms": max(gaps) if gaps else None,
-                "p99_gap_ms": float(np.percentile(gaps, 99)) if gaps else None,
-            }
-        )
+    for kind in kinds:
+        cli_t = totals[(kind, cli_name)]
+        cli_speed = cli_t["tokens"] / cli_t["decode_s"]
+        for name in names:
+            t = totals[(kind, name)]
+            gaps = t["gaps"]
+            window_row = name != cli_name
+            rows.append(
+                {
+                    "kind": kind,
+                    "config": name,
+                    "answers": t["answers"],
+                    "tokens": t["tokens"],
+                    "tok_s": t["tokens"] / t["decode_s"],
+                    "vs_cli": t["tokens"] / t["decode_s"] / cli_speed,
+                    "ui_cpu_ms_per_token": t["ui_cpu_s"] * 1000 / t["tokens"]
+                    if window_row
+                    else None,
+                    "max_gap_ms": max(gaps) if gaps else None,
+                    "p99_gap_ms": float(np.percentile(gaps, 99)) if gaps else None,
+                }
+            )
+    limits = ", ".join(f"{k} {args.max_tokens or KIND_MAX_TOKENS[k]}" for k in kinds)
     lines = [
-        f"{len(prompts)} chat prompts, {args.max_tokens} tokens max, drafter {args.drafter}, "
-        f"block size auto, temperature {args.temperature:g}, top-p {args.top_p:g}; "
-        f"{machine_info(cli_threads)['cpu']}, {cores} cores; GIL switch interval "
-        f"{default_interval * 1000:g} ms unless named.",
+        f"{', '.join(f'{len(prompt_sets[k])} {k}' for k in kinds)} prompts, tokens max: "
+        f"{limits}; drafter {args.drafter}, block size auto, temperature "
+        f"{args.temperature:g}, top-p {args.top_p:g}; {machine_info(cli_threads)['cpu']}, "
+        f"{cores} cores; GIL switch interval {default_interval * 1000:g} ms unless named.",
         "",
-        "| config | tokens | decode tok/s | vs command line | event loop max gap (ms) | p99 |",
-        "|---|---|---|---|---|---|",
+        "| kind | config | tokens | decode tok/s | vs command line | UI CPU ms/token "
+        "| event loop max gap (ms) | p99 |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+
+    def cell(value, fmt: str) -> str:
+        return "-" if value is None else format(value, fmt)
+
     for r in rows:
-        gap = "-" if r["max_gap_ms"] is None else f"{r['max_gap_ms']:.0f}"
-        p99 = "-" if r["p99_gap_ms"] is None else f"{r['p99_gap_ms']:.0f}"
         lines.append(
-            f"| {r['config']} | {r['tokens']} | {r['tok_s']:.1f} | {r['vs_cli']:.2f}x | "
-            f"{gap} | {p99} |"
+            f"| {r['kind']} | {r['config']} | {r['tokens']} | {r['tok_s']:.1f} | "
+            f"{r['vs_cli']:.2f}x | {cell(r['ui_cpu_ms_per_token'], '.2f')} | "
+            f"{cell(r['max_gap_ms'], '.0f')} | {cell(r['p99_gap_ms'], '.0f')} |"
         )
     print("\n".join(lines))
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         result = {
+            "provenance": provenance(
+                [sys.argv[0], *(sys.argv[1:] if argv is None else argv)],
+                drafter=args.drafter,
+                extra={"threads": cli_threads},
+            ),
             "machine": machine_info(cli_threads),
             "settings": settings,
+            "kinds": {
+                k: {"prompts": prompt_sets[k], "max_tokens": args.max_tokens or KIND_MAX_TOKENS[k]}
+                for k in kinds
+            },
             "switch_interval_s": default_interval,
             "rows": rows,
         }

@@ -40,3 +40,17 @@ def gemma_path():
     from engine.models import resolve_target
 
     return resolve_target("gemma-3-270m")[1]
+
+
+@pytest.fixture(scope="module")
+def host(qapp):
+    """The app's engine host (worker thread + Engine) on the real model, one per test module:
+    n-gram drafter, n_ctx 2048, one CPU thread so the UI thread keeps a core on 2 cores."""
+    from qt_helpers import loaded_host
+
+    from app.worker import EngineConfig
+
+    config = EngineConfig(model=None, drafter="ngram", n_ctx=2048, n_threads=1, backend="auto")
+    h = loaded_host(config)
+    yield h
+    h.shutdown()

@@ -12,12 +12,9 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtGui import QColor, QImage
-from qt_helpers import loaded_host
 
 from app.main_window import MainWindow
-from app.worker import EngineConfig
 
-CONFIG = EngineConfig(model=None, drafter="ngram", n_ctx=2048, n_threads=1, backend="auto")
 SETTINGS = {
     "n_ctx": 2048,
     "n_threads": 1,
@@ -26,13 +23,6 @@ SETTINGS = {
     "drafter": "ngram",
     "block_size": 4,
 }
-
-
-@pytest.fixture(scope="module")
-def host(qapp):
-    h = loaded_host(CONFIG)
-    yield h
-    h.shutdown()
 
 
 @pytest.fixture(scope="module")

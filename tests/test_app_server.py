@@ -12,13 +12,11 @@ import openai
 import pytest
 from openai import OpenAI
 from PySide6.QtCore import Qt
-from qt_helpers import app_dirs, loaded_host
+from qt_helpers import app_dirs
 
 from app.main_window import MainWindow
 from app.settings import SettingsStore
-from app.worker import EngineConfig
 
-CONFIG = EngineConfig(model=None, drafter="ngram", n_ctx=2048, n_threads=1, backend="auto")
 SETTINGS = {
     "n_ctx": 2048,
     "n_threads": 1,
@@ -28,13 +26,6 @@ SETTINGS = {
     "theme": "light",
     "server_port": 0,  # any free port
 }
-
-
-@pytest.fixture(scope="module")
-def host(qapp):
-    h = loaded_host(CONFIG)
-    yield h
-    h.shutdown()
 
 
 @pytest.fixture()
