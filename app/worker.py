@@ -3,7 +3,7 @@
 Everything slow (loading the model, decoding, switching drafters) happens in this object's
 slots, which Qt calls on the worker thread through queued connections; results come back as
 queued signals. The UI thread never touches the Engine. Text and stats are coalesced to at
-most ~30 updates per second so that rendering can never hold back decoding.
+most 10 updates per second so that rendering can never hold back decoding.
 
 Stopping uses the request's own threading.Event (created by the UI before the request is
 queued), so a Stop that arrives before the worker even starts the request still counts.
@@ -34,7 +34,9 @@ from engine.events import (
 )
 from engine.options import FALLBACK_DRAFTER
 
-EMIT_INTERVAL_S = 1 / 30  # at most ~30 UI updates per second
+# at most 10 UI updates a second: on 2 cores the window kept 0.93-1.02x of the command line's
+# decode speed at 10 a second against 0.87-0.94x at 30 (docs/bench/app-speed-kinds, issue 39)
+EMIT_INTERVAL_S = 1 / 10
 _request_ids = itertools.count(1)
 
 
