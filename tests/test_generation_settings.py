@@ -125,22 +125,23 @@ def test_server_answers_400_with_the_settings_message(request, case):
 # ----- damaged model files ----------------------------------------------------------------
 
 
+def _gguf_head(model_path: Path, path: Path, size: int) -> Path:
+    """The first `size` bytes of the real GGUF, written to `path`."""
+    with open(model_path, "rb") as src:
+        path.write_bytes(src.read(size))
+    return path
+
+
 @pytest.fixture()
 def truncated(tmp_path, model_path) -> Path:
     """The first 1 MB of the real GGUF: its header is cut short."""
-    path = tmp_path / "trunc.gguf"
-    with open(model_path, "rb") as src:
-        path.write_bytes(src.read(1_000_000))
-    return path
+    return _gguf_head(model_path, tmp_path / "trunc.gguf", 1_000_000)
 
 
 @pytest.fixture()
 def cut_data(tmp_path, model_path) -> Path:
     """The first 3 MB: the header is whole, the tensor data is not."""
-    path = tmp_path / "cut.gguf"
-    with open(model_path, "rb") as src:
-        path.write_bytes(src.read(3_000_000))
-    return path
+    return _gguf_head(model_path, tmp_path / "cut.gguf", 3_000_000)
 
 
 @pytest.fixture()
