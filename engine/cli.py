@@ -15,7 +15,7 @@ from engine.engine_args import (
     load_engine,
 )
 from engine.events import EngineError, ErrorEvent, Finished, StepStats, TextDelta
-from engine.provenance import provenance
+from engine.provenance import provenance, set_cli_command
 
 
 def stats_line(s: StepStats) -> str:
@@ -152,11 +152,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    set_cli_command(None if argv is None else ["hyflash", *argv])
     try:
         return args.func(args)
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        set_cli_command(None)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,14 @@ _LIBRARIES = {
     "numpy": ("numpy",),
 }
 _NO_DRAFT = ("none", "ngram")
+# The command line of an `engine.cli.main(argv)` call made inside another program (a test,
+# speedup's validate stage): that call's own argv, not the host process's sys.argv.
+_cli_command: list[str] | None = None
+
+
+def set_cli_command(argv: Sequence[str] | None) -> None:
+    global _cli_command
+    _cli_command = None if argv is None else list(argv)
 
 
 def provenance(
@@ -54,7 +62,7 @@ def provenance(
     p = probe()
     block = {
         "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": shlex.join(sys.argv if argv is None else argv),
+        "command": shlex.join(argv if argv is not None else _cli_command or sys.argv),
         "cwd": str(Path.cwd()),
         "cpu": cpu_block(p.cpu),
         "ram_bytes": p.ram_bytes,
@@ -192,7 +200,7 @@ def _hyflash_folder(target: str | Path | None) -> Path | None:
     """The folder "hyflash" means for this target, as the engine finds it; None if none."""
     if target is None:
         return None
-    from engine.engine import hyflash_drafter_dir  # loads llama_cpp: only for a run's drafter
+    from engine.drafter_spec import hyflash_drafter_dir
     from engine.events import EngineError
 
     try:

@@ -103,7 +103,9 @@ def test_acceptance_command_on_stored_answers(tmp_path, capsys):
     assert result["sequences"] == 3 and result["answer_tokens"] > 0
     prov = result["provenance"]
     assert prov["target"]["id"] == "smollm2-135m-instruct" and prov["threads"] == 1
-    assert prov["drafters"][0]["spec"] == "ngram" and "acceptance" in prov["command"]
+    assert prov["drafters"][0]["spec"] == "ngram" and prov["command"].startswith(
+        "hyflash acceptance --drafter ngram --limit 3"
+    )
     rows = {r["block"]: r for r in result["rows"]}
     assert set(rows) == {2, 4}
     for r in rows.values():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
@@ -65,7 +64,8 @@ def test_bench_quick_on_held_out_sets(tmp_path, capsys):
     assert prov["target"]["path"] == result["model_path"] and len(prov["target"]["sha256"]) == 64
     assert [d["spec"] for d in prov["drafters"]] == ["ngram", "hyflash", "hybrid:hyflash"]
     assert prov["drafters"][1]["card_sha256"] and prov["threads"] == 2
-    assert prov["command"] == shlex.join(sys.argv) and "machine" not in result  # this process
+    # main(argv) called in this process records its own argv, not pytest's
+    assert prov["command"].startswith("hyflash bench ") and "machine" not in result
     out = capsys.readouterr().out
     assert "Per set, speedup [95% interval] (tau)" in out and "| hyflash (block 8) |" in out
     lo, hi = summary["ngram:4"]["speedup_ci"]
@@ -231,7 +231,6 @@ def test_drafter_time_reports_each_block_beside_the_target(tmp_path, capsys):
 
 
 def test_gpu_recording_script_is_valid_bash_with_valid_hyflash_commands():
-    import shlex
     import subprocess
 
     from engine.cli import build_parser
