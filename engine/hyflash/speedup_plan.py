@@ -6,7 +6,8 @@ calibration (engine/hyflash/calibrate.py).
 Budgets scale the shipped recipe (v4: causal slots, copy trust 0.2, block 16, d=384 x 1 layer,
 window 64, Mamba-2 memory, 8,192-token draft vocabulary) by its data and steps. `quick` is
 sized from the learning curves (docs/RESULTS.md): 150 self-distilled answers and 300 steps
-walked tau 2.22-2.23 at B=16 against n-gram's 2.17 on SmolLM2-135M, 75 answers fell below it.
+walked tau 2.22-2.23 at B=16 against n-gram's 2.17 on SmolLM2-135M, 75 answers fell below it;
+trimmed to 140 answers and 280 steps to fit 20 minutes there (session 27's 150 / 300 took 20.3).
 `tiny` is for tests: the whole pipeline in a few minutes, its drafter not meant to be used.
 """
 
@@ -75,13 +76,13 @@ BUDGETS = {
     b.name: b
     for b in (
         Budget("tiny", 16, 48, 4, 1, 48, 16, 4),
-        Budget("quick", 150, 384, 100, 2, 256, 300, 25),
+        Budget("quick", 140, 384, 100, 2, 256, 280, 28),
         Budget("standard", 600, 384, 400, 4, 256, 1000, 100),
         Budget("thorough", 2400, 384, 1000, 12, 256, 3000, 250),
     )
 }
 BUDGET_HELP = (
-    "quick: about 150 answers and 300 training steps (~20 min for SmolLM2-135M on 2 CPU "
+    "quick: about 140 answers and 280 training steps (~20 min for SmolLM2-135M on 2 CPU "
     "cores); standard: 4x the answers, 1,000 steps; thorough: the shipped drafters' scale "
     "(2,400 answers, 3,000 steps); tiny: the tests' smoke run of the pipeline, whose drafter "
     "is not meant to be used"
