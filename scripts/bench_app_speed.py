@@ -11,7 +11,10 @@ token limit. Every configuration answers every prompt back to back, in alternati
 window runs at the app's settings (HyFlash drafter, block size auto, temperature 0.2, top-p
 0.9 unless told otherwise); a 10 ms QTimer records the event loop's gaps while an answer
 streams, and the UI thread's CPU time (time.thread_time in the UI thread) is read around each
-answer. A benchmark (numbers printed and written), not a test.
+answer. With --temperature 0 both sides decode greedily, so every configuration must write
+the same tokens for a prompt: the answers whose token ids differ from the command line's are
+counted (column "differ") and listed in the JSON. A benchmark (numbers printed and written),
+not a test.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ CODE_PROMPTS = [
     "Write a JavaScript debounce function with comments, and an example of using it.",
     "Write a Python script that counts the words in a text file and prints the ten most "
     "common ones, using argparse and collections.Counter.",
+    "Write a Python function for binary search on a sorted list, with tests using pytest.",
+    "Write an HTML page with a form and a JavaScript function that validates its email field.",
 ]
 LONG_PROMPTS = [
     "Write a long tutorial on Python decorators. For each of these six topics write a "
@@ -43,6 +48,9 @@ LONG_PROMPTS = [
     "a caching decorator.",
     "Explain in detail how the Internet works: write many paragraphs about packets, routing, "
     "DNS, TCP and HTTP, with a few bulleted lists and nested lists.",
+    "Write a detailed guide to sorting algorithms: for bubble sort, insertion sort, merge sort "
+    "and quicksort, explain how each works in a few paragraphs, give its complexity in a "
+    "bulleted list, and show a complete Python implementation.",
 ]
 KIND_MAX_TOKENS = {"chat": 200, "code": 400, "long": 900}
 
@@ -70,8 +78,10 @@ def spin(predicate, timeout: float) -> bool:
     return bool(predicate())
 
 
-def window_answer(window, prompt: str, gaps_timer: bool) -> tuple[int, float, list[float], float]:
-    """(tokens, decode seconds, event-loop gaps in ms: none without the timer, UI-thread CPU
+def window_answer(
+    window, prompt: str, gaps_timer: bool
+) -> tuple[tuple[int, ...], float, list[float], float]:
+    """(token ids, decode seconds, event-loop gaps in ms: none without the timer, UI-thread CPU
     seconds) of one answer in a fresh chat."""
     from app.loop_gaps import LoopGaps
 
@@ -86,8 +96,9 @@ def window_answer(window, prompt: str, gaps_timer: bool) -> tuple[int, float, li
         raise RuntimeError("the answer did not finish")
     ui_cpu = time.thread_time() - cpu0
     loop.stop()
-    stats = window.answers.last_finished.stats
-    return stats.tokens_generated, stats.tokens_generated / stats.tokens_per_s, loop.gaps, ui_cpu
+    fin = window.answers.last_finished
+    decode_s = fin.stats.tokens_generated / fin.stats.tokens_per_s
+    return fin.token_ids, decode_s, loop.gaps, ui_cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", default="", help="window thread counts (default: 1..cores)")
     p.add_argument("--kinds", default="chat,code,long", help="answer kinds to run")
     p.add_argument("--prompts", type=int, default=6, help="chat prompts")
+    p.add_argument("--code-prompts", type=int, default=len(CODE_PROMPTS), help="code prompts")
+    p.add_argument("--long-prompts", type=int, default=len(LONG_PROMPTS), help="long prompts")
     p.add_argument(
         "--max-tokens",
         type=int,
@@ -186,38 +199,62 @@ def main(argv: list[str] | None = None) -> int:
     names = [cli_name, *windows]
     prompt_sets = {
         "chat": CHAT_PROMPTS[: args.prompts],
-        "code": CODE_PROMPTS,
-        "long": LONG_PROMPTS,
+        "code": CODE_PROMPTS[: args.code_prompts],
+        "long": LONG_PROMPTS[: args.long_prompts],
     }
     totals = {
-        (kind, n): {"tokens": 0, "decode_s": 0.0, "gaps": [], "ui_cpu_s": 0.0, "answers": 0}
+        (kind, n): {
+            "tokens": 0,
+            "decode_s": 0.0,
+            "gaps": [],
+            "ui_cpu_s": 0.0,
+            "answers": 0,
+            "differ": 0,
+        }
         for kind in kinds
         for n in names
     }
+    answers = []  # one record per answer: what it wrote and how fast
     i = 0
     for kind in kinds:
         max_tokens = args.max_tokens or KIND_MAX_TOKENS[kind]
         for prompt in prompt_sets[kind]:
+            written, records = {}, {}
             for name in names if i % 2 == 0 else names[::-1]:
                 t = totals[(kind, name)]
+                ui_cpu = None
                 if name == cli_name:
                     run = run_once(cli, prompt, "auto", max_tokens, args.temperature, args.top_p)
-                    tokens, decode_s, gaps = len(run.tokens), run.decode_s, []
+                    token_ids, decode_s, gaps = tuple(run.tokens), run.decode_s, []
                 else:
                     window, interval, rate = windows[name]
                     window.settings.max_tokens = max_tokens
                     sys.setswitchinterval(interval or default_interval)
                     worker.EMIT_INTERVAL_S = 1 / rate if rate else default_emit
-                    tokens, decode_s, gaps, ui_cpu = window_answer(
+                    token_ids, decode_s, gaps, ui_cpu = window_answer(
                         window, prompt, not args.no_gap_timer
                     )
                     sys.setswitchinterval(default_interval)
                     worker.EMIT_INTERVAL_S = default_emit
                     t["ui_cpu_s"] += ui_cpu
-                t["tokens"] += tokens
+                written[name] = token_ids
+                t["tokens"] += len(token_ids)
                 t["decode_s"] += decode_s
                 t["gaps"] += gaps
                 t["answers"] += 1
+                records[name] = {
+                    "kind": kind,
+                    "prompt": prompt,
+                    "config": name,
+                    "tokens": len(token_ids),
+                    "decode_s": decode_s,
+                    "ui_cpu_s": ui_cpu,
+                }
+            for name, record in records.items():
+                same = written[name] == written[cli_name]
+                record["same_tokens_as_command_line"] = same
+                totals[(kind, name)]["differ"] += not same
+                answers.append(record)
             i += 1
             print(f"{kind} prompt {i} done", file=sys.stderr)
 
@@ -234,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
                     "kind": kind,
                     "config": name,
                     "answers": t["answers"],
+                    "differ": t["differ"],
                     "tokens": t["tokens"],
                     "tok_s": t["tokens"] / t["decode_s"],
                     "vs_cli": t["tokens"] / t["decode_s"] / cli_speed,
@@ -251,9 +289,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.temperature:g}, top-p {args.top_p:g}; {machine_info(cli_threads)['cpu']}, "
         f"{cores} cores; GIL switch interval {default_interval * 1000:g} ms unless named.",
         "",
-        "| kind | config | tokens | decode tok/s | vs command line | UI CPU ms/token "
-        "| event loop max gap (ms) | p99 |",
-        "|---|---|---|---|---|---|---|---|",
+        "| kind | config | answers | differ | tokens | decode tok/s | vs command line "
+        "| UI CPU ms/token | event loop max gap (ms) | p99 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def cell(value, fmt: str) -> str:
@@ -261,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
 
     for r in rows:
         lines.append(
-            f"| {r['kind']} | {r['config']} | {r['tokens']} | {r['tok_s']:.1f} | "
+            f"| {r['kind']} | {r['config']} | {r['answers']} | {r['differ']} | {r['tokens']} | "
+            f"{r['tok_s']:.1f} | "
             f"{r['vs_cli']:.2f}x | {cell(r['ui_cpu_ms_per_token'], '.2f')} | "
             f"{cell(r['max_gap_ms'], '.0f')} | {cell(r['p99_gap_ms'], '.0f')} |"
         )
@@ -283,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             "switch_interval_s": default_interval,
             "rows": rows,
+            "answers": answers,
         }
         (out / "app-speed.json").write_text(json.dumps(result, indent=2))
         (out / "app-speed.md").write_text("\n".join(lines) + "\n")
