@@ -7,8 +7,11 @@ import sqlite3
 import sys
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QApplication
 
+from app import theme
 from app.composer import Composer
 from app.export import to_json, to_markdown, write_export
 from app.format import footer_line
@@ -21,7 +24,7 @@ from app.settings import (
     settings_from_dict,
 )
 from app.settings_dialog import SettingsDialog
-from app.stats_panel import StatsPanel
+from app.stats_panel import MAX_PLOT_STEPS, StatsPanel
 from app.storage import Storage, compact_runs, expand_runs
 from engine.events import GenerationSettings, StepStats
 
@@ -362,3 +365,60 @@ def test_auto_threads_per_core_count(monkeypatch, cores, threads):
 
     monkeypatch.setattr(settings.os, "cpu_count", lambda: cores)
     assert settings.auto_threads() == threads
+
+
+class _PaintCounter(QObject):
+    """Counts the paint events a widget receives."""
+
+    def __init__(self, widget) -> None:
+        super().__init__(widget)
+        self.count = 0
+        widget.installEventFilter(self)
+
+    def eventFilter(self, _obj, event) -> bool:  # noqa: N802
+        self.count += event.type() == QEvent.Type.Paint
+        return False
+
+
+def test_stats_panel_repaints_only_what_changed(qtbot):
+    """Stats arrive 10 times a second: the slot histogram and the memory bars stay as they are
+    when their values did not change, while the tau plot takes every update."""
+    panel = StatsPanel()
+    qtbot.addWidget(panel)
+    panel.resize(340, 900)
+    panel.show()
+    qtbot.waitExposed(panel)
+    panel.start_answer()
+    panel.update_steps([(3, 4)], _step())
+    QApplication.processEvents()
+    histogram, plot = _PaintCounter(panel.histogram), _PaintCounter(panel.plot)
+    kv_bar = _PaintCounter(panel.kv_bar.bar)
+    panel.update_steps([(2, 4)], _step(committed=2, tokens_generated=11))
+    QApplication.processEvents()
+    assert plot.count == 1 and histogram.count == 0 and kv_bar.count == 0
+    panel.update_steps([(3, 4)], _step(slot_accept_counts=[3, 3, 0], target_kv_bytes=6 * 2**20))
+    QApplication.processEvents()
+    assert plot.count == 2 and histogram.count == 1 and kv_bar.count == 1
+    assert panel.histogram.rates() == [1.0, 1.0, 0.0]
+    assert panel.kv_bar.bar.value() == 125  # 6/48 of 1000
+
+
+def test_tau_plot_paints_bars_and_mean_line(qtbot):
+    """The plot fills its own background (it is opaque), draws one bar per step and the
+    running mean to the last step, also with more steps than pixels."""
+    panel = StatsPanel()
+    qtbot.addWidget(panel)
+    plot = panel.plot
+    plot.resize(300, 120)
+    c = theme.colors()
+    for steps in ([(1, 4)] * 10 + [(4, 4)] * 10, [(2, 4)] * MAX_PLOT_STEPS):
+        plot.clear()
+        plot.add(steps)
+        image = plot.grab().toImage()
+        colours = {image.pixelColor(x, y).name() for x in range(300) for y in range(120)}
+        assert image.pixelColor(1, 1).name() == QColor(c.surface).name()
+        assert QColor(c.plot_bar).name() in colours
+        assert QColor(c.plot_line).name() in colours
+    # the last step's bar (height 2 of 4) reaches the right end of the drawing area
+    rect = plot.rect().adjusted(26, 6, -4, -16)
+    assert image.pixelColor(rect.right() - 1, rect.bottom() - 2).name() != QColor(c.surface).name()
