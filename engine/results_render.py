@@ -25,6 +25,9 @@ Renderers:
                          drafters
   speedup-costs RESULT VALIDATE
                          hyflash speedup's stage times, verify costs and expected speed-up
+  speedup-stages FILE... stage seconds and total per file, a row each: a job's result.json
+                         (measured; measured=TEXT names the machine) or `hyflash speedup
+                         --project ... --json` (projected; the profile names the device)
 """
 
 from __future__ import annotations
@@ -322,6 +325,22 @@ def _speedup_costs(results: list[dict], options: dict[str, str]) -> list[str]:
     return _table(head, [row])
 
 
+def _speedup_stages(results: list[dict], options: dict[str, str]) -> list[str]:
+    from engine.hyflash.speedup_plan import STAGES
+
+    rows = []
+    for r in results:
+        if r.get("label") == "projection":
+            seconds = {s["name"]: s["eta_s"] for s in r["stages"]}
+            machine = f"{r['device']} (projection)"
+        else:
+            seconds = r["stage_seconds"]
+            machine = f"{options.get('measured', 'this machine')} (measured)"
+        total = sum(seconds[s] for s in STAGES)
+        rows.append([machine, *(f"{seconds[s]:,.0f}" for s in STAGES), f"{total:,.0f}"])
+    return _table(["machine", *(f"{s} (s)" for s in STAGES), "total (s)"], rows)
+
+
 RENDERERS: dict[str, Callable[[list[dict], dict[str, str]], list[str]]] = {
     "speed": lambda results, options: summary_table(_one(results, "speed")),
     "speed-runs": _speed_runs,
@@ -329,6 +348,7 @@ RENDERERS: dict[str, Callable[[list[dict], dict[str, str]], list[str]]] = {
     "drafter-time": lambda results, options: time_table(_one(results, "drafter-time")),
     "acceptance": _acceptance,
     "speedup-costs": _speedup_costs,
+    "speedup-stages": _speedup_stages,
 }
 
 

@@ -5,10 +5,8 @@ training step of the shipped recipe's drafter. speedup_plan.py turns the numbers
 stage's time and picks the faster generator and feature source.
 
 A greedy step is timed as the difference of two runs of the same prompts (SHORT and LONG new
-tokens, after a warm-up run), so prompt prefill and context set-up cancel out. A step's cost
-grows with the context it attends to, so each timed prompt is STEP_CONTEXT tokens long: a
-training prompt preceded by others, the mean position of a step in a job's answers (session 27
-timed steps after bare prompts, ~50 tokens, and the answers stage ran 54% over its estimate)."""
+tokens, after a warm-up run), so prompt prefill and context set-up cancel out; prompts are the
+shortest of the first training prompts."""
 
 from __future__ import annotations
 
@@ -22,8 +20,6 @@ import numpy as np
 
 SHORT, LONG = 4, 24  # new tokens of the two timed generation runs
 FEATURE_TOKENS = 256  # one sequence for the prefill / forward timing
-# ~90 prompt tokens + half of an answer filling 75% of the budgets' 384-token cap
-STEP_CONTEXT = 240
 TRAIN_STEPS = 4  # timed training steps (the first is a warm-up)
 TRAIN_SEQ = 380  # tokens per random training sequence (prompt ~90 + answer ~290)
 N_MEASUREMENTS = 3  # llama.cpp, torch, training: the progress callback's total
@@ -156,17 +152,6 @@ def _training(gguf: Path, threads: int) -> dict:
     return {"setup_s": setup_s, "step_s": float(np.median(np.diff(stamps)))}
 
 
-def _at_context(ids: list[list[int]], i: int, context: int) -> list[int]:
-    """Prompt i preceded by the prompts after it (as many as needed), cut from the front to
-    `context` tokens: it still ends where the assistant's answer starts."""
-    seq = list(ids[i])
-    j = i + 1
-    while len(seq) < context:
-        seq = ids[j % len(ids)] + seq
-        j += 1
-    return seq[-context:]
-
-
 def calibrate(
     gguf: Path, *, device: str, threads: int, progress: Callable[[int, int], None]
 ) -> dict:
@@ -182,7 +167,7 @@ def calibrate(
             template.tokenize(probe, [{"role": "user", "content": p.text}])
             for p in train_prompts()[:64]
         ]
-    prompts = [_at_context(ids, i, STEP_CONTEXT) for i in range(8)]
+    prompts = sorted(ids, key=len)[:8]
     seq = [t for p in ids for t in p][:FEATURE_TOKENS]
     progress(0, N_MEASUREMENTS)
     result = _llama(gguf, prompts, seq, threads)

@@ -93,6 +93,10 @@ def _events_stream(json_mode: bool) -> Iterator[TextIO | None]:
 
 
 def cmd_speedup(args: argparse.Namespace) -> int:
+    if args.project:  # a projection onto another machine: nothing runs here
+        from engine.hyflash.speedup_projection import cmd_project
+
+        return cmd_project(args)
     args.threads = args.threads or _default_threads()
     with _events_stream(args.json) as events:
         reporter = JsonReporter(events) if events is not None else TerminalReporter()
@@ -265,6 +269,14 @@ def add_speedup_parser(sub) -> None:
     )
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--plan-only", action="store_true", help="print the plan and stop")
+    p.add_argument(
+        "--project",
+        default=None,
+        metavar="PROFILE",
+        help="print the plan's stage times PROJECTED onto another device from a profile "
+        "(docs/bench/curves/projection-*.json: published rates + stated assumptions); "
+        "runs and measures nothing",
+    )
     p.add_argument("--json", action="store_true", help="JSON lines on stdout (the app)")
     p.add_argument("--pause-after", default=None, choices=STAGES, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_speedup)

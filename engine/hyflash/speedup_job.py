@@ -15,7 +15,7 @@ from engine.hyflash.speedup_plan import Budget, Corpus, SpeedupError
 from engine.user_drafters import data_dir
 
 MAX_LEN = 1024  # `hyflash train --max-len`: sequences are read as training reads them
-CALIBRATION_VERSION = 2  # 2: greedy steps timed at a mean answer's context
+CALIBRATION_VERSION = 1
 
 
 def speedup_root() -> Path:
