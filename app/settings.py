@@ -8,7 +8,6 @@ to show, never an exception.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from engine.atomic_files import write_json
 from engine.backends import BACKEND_NAMES
 from engine.drafters import DRAFTER_CHOICES
 from engine.events import DEFAULT_N_CTX, GenerationSettings
+from engine.machine_probe import usable_cores
 from engine.options import DEFAULT_DRAFTER, EXTRA_BUFTS, OPTION, VERIFY_MODES, defaults
 
 SETTINGS_FILE = "settings.json"
@@ -40,7 +40,7 @@ def auto_threads() -> int:
     (scripts/bench_app_speed.py), 2 threads streamed 6% faster than 1 and the event loop's
     longest stall stayed at 44 ms. From 3 cores, every core but one, so the UI thread keeps
     a core of its own while llama.cpp's threads spin (not measured there: no such machine)."""
-    cores = os.cpu_count() or 2
+    cores = usable_cores()
     return max(1, min(cores if cores <= 2 else cores - 1, 8))
 
 

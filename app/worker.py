@@ -2,8 +2,8 @@
 
 Everything slow (loading the model, decoding, switching drafters) happens in this object's
 slots, which Qt calls on the worker thread through queued connections; results come back as
-queued signals. The UI thread never touches the Engine. Text and stats are coalesced to at
-most 10 updates per second so that rendering can never hold back decoding.
+queued signals. The UI thread never touches the Engine. Text is coalesced to at most 10
+updates a second and the stats panel to 4, so that rendering takes little from decoding.
 
 Stopping uses the request's own threading.Event (created by the UI before the request is
 queued), so a Stop that arrives before the worker even starts the request still counts.
@@ -37,6 +37,9 @@ from engine.options import FALLBACK_DRAFTER
 # at most 10 UI updates a second: on 2 cores the window kept 0.93-1.02x of the command line's
 # decode speed at 10 a second against 0.87-0.94x at 30 (docs/bench/app-speed-kinds, issue 39)
 EMIT_INTERVAL_S = 1 / 10
+# the stats panel (numbers, tau plot, histogram) at most 4 times a second: its updates at 10
+# a second cost the window 2-6% of the command line's speed on 2 cores (issue 39, session 4)
+STATS_INTERVAL_S = 1 / 4
 _request_ids = itertools.count(1)
 
 
@@ -201,17 +204,18 @@ class EngineWorker(QObject):
         runs: list[Run] = []
         steps: list[tuple[int, int]] = []
         latest: StepStats | None = None
-        last_emit = 0.0
+        last_text = last_stats = 0.0
 
-        def flush() -> None:
-            nonlocal runs, steps, last_emit
+        def flush(now: float, stats: bool = True) -> None:
+            nonlocal runs, steps, last_text, last_stats
             if runs:
                 self.textDelta.emit(request_id, merge_runs(runs))
                 runs = []
-            if steps and latest is not None:
+            last_text = now
+            if stats and steps and latest is not None:
                 self.stepStats.emit(request_id, StatsUpdate(steps, latest))
                 steps = []
-            last_emit = time.monotonic()
+                last_stats = now
 
         for event in events:
             if isinstance(event, TextDelta):
@@ -219,17 +223,18 @@ class EngineWorker(QObject):
             elif isinstance(event, StepStats):
                 steps.append((event.committed, event.block_size))
                 latest = event
-                if time.monotonic() - last_emit >= EMIT_INTERVAL_S:
-                    flush()
+                now = time.monotonic()
+                if now - last_text >= EMIT_INTERVAL_S:
+                    flush(now, stats=now - last_stats >= STATS_INTERVAL_S)
             elif isinstance(event, Finished):
-                flush()
+                flush(time.monotonic())
                 self.finished.emit(request_id, event)
                 return
             elif isinstance(event, ErrorEvent):
-                flush()
+                flush(time.monotonic())
                 self.error.emit(request_id, event.message, event.kind)
                 return
-        flush()
+        flush(time.monotonic())
         self.error.emit(request_id, "The engine ended without finishing the answer.", "error")
 
     def _close_engine(self) -> None:

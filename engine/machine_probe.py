@@ -140,6 +140,14 @@ def _parse_cpuinfo(text: str) -> tuple[str, int | None, set[str]]:
     return model, (len(cores) or None), flags
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: a container or `taskset` can allow fewer than the
+    machine has, and llama.cpp threads beyond them only take turns spinning."""
+    if hasattr(os, "sched_getaffinity"):  # Linux; elsewhere the machine's count
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 2
+
+
 def _cpu_info(linux_cpuinfo: str | None = None) -> CpuInfo:
     """This machine's CPU; with `linux_cpuinfo`, that /proc/cpuinfo text is read instead of
     this machine's (how tests see an AVX-512 or an ARM machine)."""

@@ -26,6 +26,7 @@ from engine.events import (
     ModelLoadError,
 )
 from engine.kernels import KernelConfig, KernelVerdict, decide
+from engine.machine_probe import usable_cores
 from engine.models import check_gguf, check_gguf_data
 from engine.target_protocol import DecodeOutput
 
@@ -82,9 +83,8 @@ def _capture_layer_functions():
 
 
 def default_threads() -> int:
-    # Physical cores are what matter for a compute-bound decode; os.cpu_count counts SMT threads.
-    count = os.cpu_count() or 2
-    return max(1, min(count, 8))
+    # Physical cores are what matter for a compute-bound decode; this counts logical ones (SMT).
+    return max(1, min(usable_cores(), 8))
 
 
 class LlamaTarget:

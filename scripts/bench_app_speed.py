@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -130,6 +131,18 @@ def main(argv: list[str] | None = None) -> int:
         "app's own)",
     )
     p.add_argument(
+        "--stats-rates",
+        default="",
+        help="stats panel updates per second to try in the window, e.g. 10,4 (default: the "
+        "app's own)",
+    )
+    p.add_argument(
+        "--ui-nice",
+        type=int,
+        default=0,
+        help="raise the UI thread's nice value by this much once the engines are loaded (Linux)",
+    )
+    p.add_argument(
         "--no-gap-timer",
         action="store_true",
         help="do not run the 10 ms timer that measures the event loop's gaps",
@@ -141,11 +154,14 @@ def main(argv: list[str] | None = None) -> int:
         [float(x) for x in args.switch_intervals.split(",")] if args.switch_intervals else []
     )
     rates = [float(x) for x in args.update_rates.split(",") if x]
+    stats_rates = [float(x) for x in args.stats_rates.split(",") if x]
     kinds = [k for k in args.kinds.split(",") if k]
     if unknown := set(kinds) - set(KIND_MAX_TOKENS):
         p.error(f"unknown answer kinds: {', '.join(sorted(unknown))}")
 
-    cores = os.cpu_count() or 2
+    from engine.machine_probe import usable_cores
+
+    cores = usable_cores()  # `taskset -c 0` measures a 1-core machine
     counts = [int(t) for t in args.threads.split(",")] if args.threads else [*range(1, cores + 1)]
     home = Path(tempfile.mkdtemp(prefix="hyflash-app-bench-"))
     os.environ["HYFLASH_CONFIG_DIR"] = str(home / "config")
@@ -172,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.provenance import provenance
     from engine.target import default_threads
 
-    default_emit = worker.EMIT_INTERVAL_S
+    default_emit, default_stats = worker.EMIT_INTERVAL_S, worker.STATS_INTERVAL_S
     qapp = QApplication.instance() or QApplication([])
     windows, hosts = {}, []
     for t in counts:
@@ -187,12 +203,15 @@ def main(argv: list[str] | None = None) -> int:
         name = f"window, {t} thread{'s' * (t > 1)}"
         for interval in intervals or [None]:
             for rate in rates or [None]:
-                label = name
-                if interval is not None:
-                    label += f", GIL switch {interval * 1000:g} ms"
-                if rate is not None:
-                    label += f", {rate:g} updates/s"
-                windows[label] = (window, interval, rate)
+                for stats_rate in stats_rates or [None]:
+                    label = name
+                    if interval is not None:
+                        label += f", GIL switch {interval * 1000:g} ms"
+                    if rate is not None:
+                        label += f", {rate:g} updates/s"
+                    if stats_rate is not None:
+                        label += f", stats {stats_rate:g}/s"
+                    windows[label] = (window, interval, rate, stats_rate)
     cli_threads = default_threads()
     cli = Engine(None, drafter=args.drafter, n_threads=cli_threads)
     cli_name = f"command line, {cli_threads} threads"
@@ -227,15 +246,22 @@ def main(argv: list[str] | None = None) -> int:
                     run = run_once(cli, prompt, "auto", max_tokens, args.temperature, args.top_p)
                     token_ids, decode_s, gaps = tuple(run.tokens), run.decode_s, []
                 else:
-                    window, interval, rate = windows[name]
+                    window, interval, rate, stats_rate = windows[name]
                     window.settings.max_tokens = max_tokens
                     sys.setswitchinterval(interval or default_interval)
                     worker.EMIT_INTERVAL_S = 1 / rate if rate else default_emit
+                    worker.STATS_INTERVAL_S = 1 / stats_rate if stats_rate else default_stats
+                    # Linux renices one thread by its id; only while the window answers, as
+                    # the command line decodes on this thread too
+                    ui_thread = threading.get_native_id()
+                    os.setpriority(os.PRIO_PROCESS, ui_thread, args.ui_nice)
                     token_ids, decode_s, gaps, ui_cpu = window_answer(
                         window, prompt, not args.no_gap_timer
                     )
+                    os.setpriority(os.PRIO_PROCESS, ui_thread, 0)
                     sys.setswitchinterval(default_interval)
                     worker.EMIT_INTERVAL_S = default_emit
+                    worker.STATS_INTERVAL_S = default_stats
                     t["ui_cpu_s"] += ui_cpu
                 written[name] = token_ids
                 t["tokens"] += len(token_ids)
@@ -287,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{', '.join(f'{len(prompt_sets[k])} {k}' for k in kinds)} prompts, tokens max: "
         f"{limits}; drafter {args.drafter}, block size auto, temperature "
         f"{args.temperature:g}, top-p {args.top_p:g}; {machine_info(cli_threads)['cpu']}, "
-        f"{cores} cores; GIL switch interval {default_interval * 1000:g} ms unless named.",
+        f"{cores} cores; GIL switch interval {default_interval * 1000:g} ms unless named"
+        + (f"; UI thread nice +{args.ui_nice}." if args.ui_nice else "."),
         "",
         "| kind | config | answers | differ | tokens | decode tok/s | vs command line "
         "| UI CPU ms/token | event loop max gap (ms) | p99 |",
@@ -326,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         (out / "app-speed.json").write_text(json.dumps(result, indent=2))
         (out / "app-speed.md").write_text("\n".join(lines) + "\n")
-    for window in {w for w, _interval, _rate in windows.values()}:
+    for window in {w for w, *_options in windows.values()}:
         window.close()
     for host in hosts:
         host.shutdown()
