@@ -32,7 +32,7 @@ Renderers:
   projection FILE...     hyflash bench --cost-curve's projection (drafter free) of chosen
                          configurations: keys="K,K|K" (per file), runs="NAME|NAME"
   app-speed FILE...      scripts/bench_app_speed.py's table, several runs side by side
-                         (runs="before|after" names them)
+                         (runs="before|after" names them) or pooled into one (pooled=yes)
   app-render FILE...     scripts/profile_app_render.py's table: UI CPU per streamed token
   kernels FILE...        the kernel check of `hyflash doctor --json`, a row per file
                          (labels="A|B" names the models): exactness and T(B)/T(1)
@@ -55,7 +55,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.bench.app_tables import app_speed_table, render_cost_table
+from engine.bench.app_tables import app_speed_table, pooled_app_speed_rows, render_cost_table
 from engine.bench.drafter_time import time_table
 from engine.bench.speed import _interval, _sampling, cost_curve_table, summary_table
 from engine.hyflash.acceptance import _table
@@ -443,6 +443,17 @@ def _validation(results: list[dict | list], options: dict[str, str]) -> list[str
     return _table(["step", *(f"{s:,}" for s in steps)], body)
 
 
+def _app_speed(results: list[dict], options: dict[str, str]) -> list[str]:
+    """Runs side by side (runs="before|after"), or pooled into one (pooled=yes: each row
+    sums every run's answers of its kind and configuration)."""
+    if options.get("pooled") == "yes":
+        return app_speed_table([(None, pooled_app_speed_rows(results))])
+    if "runs" in options:
+        names = _names(options, "runs", results)
+        return app_speed_table(list(zip(names, (r["rows"] for r in results), strict=True)))
+    return app_speed_table([(None, r["rows"]) for r in results])
+
+
 RENDERERS: dict[str, Callable[[list[dict], dict[str, str]], list[str]]] = {
     "speed": lambda results, options: summary_table(_one(results, "speed")),
     "speed-runs": _speed_runs,
@@ -452,11 +463,7 @@ RENDERERS: dict[str, Callable[[list[dict], dict[str, str]], list[str]]] = {
     "speedup-costs": _speedup_costs,
     "speedup-stages": _speedup_stages,
     "projection": _projection,
-    "app-speed": lambda results, options: app_speed_table(
-        list(zip(_names(options, "runs", results), (r["rows"] for r in results), strict=True))
-        if "runs" in options
-        else [(None, r["rows"]) for r in results]
-    ),
+    "app-speed": _app_speed,
     "app-render": lambda results, options: render_cost_table(results),
     "kernels": _kernels,
     "generate-runs": _generate_runs,

@@ -24,10 +24,12 @@ def app_speed_table(runs: list[tuple[str | None, list[dict]]]) -> list[str]:
     with_kind = any("kind" in r for r in every)
     with_run = any(label is not None for label, _ in runs)
     with_ui = any("ui_cpu_ms_per_token" in r for r in every)
+    with_differ = any("differ" in r for r in every)
     head = [
         *(["kind"] if with_kind else []),
         *(["run"] if with_run else []),
         "config",
+        *(["answers", "differ"] if with_differ else []),
         "tokens",
         "decode tok/s",
         "vs command line",
@@ -46,6 +48,7 @@ def app_speed_table(runs: list[tuple[str | None, list[dict]]]) -> list[str]:
                         *([kind] if with_kind else []),
                         *([label or ""] if with_run else []),
                         r["config"],
+                        *([str(r["answers"]), str(r["differ"])] if with_differ else []),
                         str(r["tokens"]),
                         f"{r['tok_s']:.1f}",
                         f"{r['vs_cli']:.2f}x",
@@ -55,6 +58,53 @@ def app_speed_table(runs: list[tuple[str | None, list[dict]]]) -> list[str]:
                     ]
                 )
     return _table(head, body)
+
+
+def pooled_app_speed_rows(results: list[dict]) -> list[dict]:
+    """Several runs of bench_app_speed.py as one: per answer kind and configuration, tokens
+    over decode seconds summed over every answer of every run, against the command line's
+    pooled the same way; the event loop's gaps are the worst run's."""
+    totals: dict[tuple[str, str], dict] = {}
+    for result in results:
+        for a in result["answers"]:
+            t = totals.setdefault(
+                (a["kind"], a["config"]),
+                {"answers": 0, "differ": 0, "tokens": 0, "decode_s": 0.0, "ui_cpu_s": None},
+            )
+            t["answers"] += 1
+            t["differ"] += not a["same_tokens_as_command_line"]
+            t["tokens"] += a["tokens"]
+            t["decode_s"] += a["decode_s"]
+            if a["ui_cpu_s"] is not None:
+                t["ui_cpu_s"] = (t["ui_cpu_s"] or 0.0) + a["ui_cpu_s"]
+    worst: dict[tuple[str, str, str], float] = {}  # (kind, config, gap) -> worst run's
+    for row in (r for result in results for r in result["rows"]):
+        for gap in ("max_gap_ms", "p99_gap_ms"):
+            if row[gap] is not None:
+                key = (row["kind"], row["config"], gap)
+                worst[key] = max(worst.get(key, 0.0), row[gap])
+    cli = {
+        kind: t["tokens"] / t["decode_s"]
+        for (kind, config), t in totals.items()
+        if config.startswith("command line")
+    }
+    return [
+        {
+            "kind": kind,
+            "config": config,
+            "answers": t["answers"],
+            "differ": t["differ"],
+            "tokens": t["tokens"],
+            "tok_s": t["tokens"] / t["decode_s"],
+            "vs_cli": t["tokens"] / t["decode_s"] / cli[kind],
+            "ui_cpu_ms_per_token": None
+            if t["ui_cpu_s"] is None
+            else t["ui_cpu_s"] * 1000 / t["tokens"],
+            "max_gap_ms": worst.get((kind, config, "max_gap_ms")),
+            "p99_gap_ms": worst.get((kind, config, "p99_gap_ms")),
+        }
+        for (kind, config), t in totals.items()
+    ]
 
 
 def render_cost_table(results: list[dict]) -> list[str]:
