@@ -14,7 +14,8 @@ the commands' own table code where the command prints that table.
 Renderers:
   speed FILE             hyflash bench's table: every configuration against plain decoding
   speed-runs FILE...     runs of the same configurations side by side (greedy, sampled, ...):
-                         speedup [interval], tau and drafter ms per run
+                         speedup [interval], tau and drafter ms per run (runs="A|B" names
+                         runs of the same sampling)
   speed-cost-curve FILE  hyflash bench's T(B)/T(1) row
   drafter-time FILE      hyflash drafter-time's table
   acceptance FILE...     hyflash acceptance rows (every drafter of every file, first file
@@ -28,6 +29,19 @@ Renderers:
   speedup-stages FILE... stage seconds and total per file, a row each: a job's result.json
                          (measured; measured=TEXT names the machine) or `hyflash speedup
                          --project ... --json` (projected; the profile names the device)
+  projection FILE...     hyflash bench --cost-curve's projection (drafter free) of chosen
+                         configurations: keys="K,K|K" (per file), runs="NAME|NAME"
+  app-speed FILE...      scripts/bench_app_speed.py's table, several runs side by side
+                         (runs="before|after" names them) or pooled into one (pooled=yes)
+  app-render FILE...     scripts/profile_app_render.py's table: UI CPU per streamed token
+  kernels FILE...        the kernel check of `hyflash doctor --json`, a row per file
+                         (labels="A|B" names the models): exactness and T(B)/T(1)
+  generate-runs PLAIN FILE...
+                         `hyflash generate --json` answers against the plain one: tokens
+                         equal to plain, tau, tok/s (labels="A|B" names the runs)
+  validation FILE...     validation tau estimate / slot-1 accuracy per training step, from a
+                         run's history.json or a drafter's card.json (labels=, steps=1,2,...)
+  torch-check FILE       hyflash data torch-check's table
 """
 
 from __future__ import annotations
@@ -41,9 +55,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.bench.app_tables import app_speed_table, pooled_app_speed_rows, render_cost_table
 from engine.bench.drafter_time import time_table
 from engine.bench.speed import _interval, _sampling, cost_curve_table, summary_table
 from engine.hyflash.acceptance import _table
+from engine.hyflash.torch_check import torch_check_table
 from engine.provenance import REPO
 
 RESULTS = REPO / "docs" / "RESULTS.md"
@@ -122,6 +138,14 @@ def _one(results: list[dict], name: str) -> dict:
     if len(results) != 1:
         raise ValueError(f"the {name} renderer takes one file, not {len(results)}")
     return results[0]
+
+
+def _names(options: dict[str, str], key: str, results: list) -> list[str]:
+    """One name per file from an option such as runs="before|after"."""
+    names = options[key].split("|")
+    if len(names) != len(results):
+        raise ValueError(f"{key}= names {len(names)} files, the table has {len(results)}")
+    return names
 
 
 def _acceptance(results: list[dict], options: dict[str, str]) -> list[str]:
@@ -283,8 +307,10 @@ def _speed_runs(results: list[dict], options: dict[str, str]) -> list[str]:
     """Runs of the same configurations side by side (greedy and sampled, or reruns): per run
     the speedup over plain decoding with its interval (plain: its tok/s), tau, drafter ms."""
     head = ["config"]
-    for r in results:
-        run = _sampling(r.get("temperature", 0.0), r.get("top_p", 1.0))
+    runs = [_sampling(r.get("temperature", 0.0), r.get("top_p", 1.0)) for r in results]
+    if "runs" in options:  # runs of the same sampling: runs="before|after"
+        runs = _names(options, "runs", results)
+    for run in runs:
         head += [f"{run}: speedup [95% interval]", "tau", "drafter ms/step"]
     by_key = [{s["key"]: s for s in r["summary"]} for r in results]
     body = []
@@ -341,6 +367,93 @@ def _speedup_stages(results: list[dict], options: dict[str, str]) -> list[str]:
     return _table(["machine", *(f"{s} (s)" for s in STAGES), "total (s)"], rows)
 
 
+def _projection(results: list[dict], options: dict[str, str]) -> list[str]:
+    """Chosen configurations of bench runs replayed on another machine's cost curve."""
+    keys = [k.split(",") for k in _names(options, "keys", results)]
+    body = []
+    for result, run, wanted in zip(results, _names(options, "runs", results), keys, strict=True):
+        rows = {r["key"]: r for r in result["projection"]["rows"]}
+        for key in wanted:
+            r = rows[key]
+            tau, free = f"{r['tau']:.2f}", f"{r['projected_drafter_free']:.2f}x"
+            body.append([r["config"], f"`{run}`", tau, free])
+    return _table(["config", "run", "tau", "projection (drafter free)"], body)
+
+
+def _kernels(results: list[dict], options: dict[str, str]) -> list[str]:
+    """A model per file: extra buffer types on and off, up to which B batched rows are exact,
+    and the cost curve of the configuration the check chose."""
+    labels = [r["kernels"]["model"] for r in results]
+    if "labels" in options:
+        labels = _names(options, "labels", results)
+    sizes = (2, 4, 8, 16, 32)
+    head = ["model", "extra buffer types on", "off: exact up to", "T(1) ms"]
+    head += [f"T({b})/T(1)" for b in sizes]
+    body = []
+    for label, result in zip(labels, results, strict=True):
+        checks = {r["config"]["extra_bufts"]: r for r in result["kernels"]["verdict"]["results"]}
+        on, off = checks[True], checks[False]
+        upto = off["exact_upto"]
+        exact = f"every B ({upto})" if upto >= off["checked_rows"] else f"B={upto}"
+        t = {int(b): ms for b, ms in off["decode_ms"].items()}
+        cells = [label, on["outcome"] + (f" ({on['detail']})" if on["detail"] else ""), exact]
+        body.append([*cells, f"{t[1]:.1f}", *(f"{t[b] / t[1]:.2f}" for b in sizes)])
+    return _table(head, body)
+
+
+def _generate_runs(results: list[dict], options: dict[str, str]) -> list[str]:
+    """`hyflash generate --json` runs against the first file, plain decoding's answer."""
+    plain, runs = results[0], results[1:]
+    labels = _names(options, "labels", runs)
+    head = [
+        "run",
+        "tokens equal to plain",
+        "tau",
+        f"tok/s (plain {plain['stats']['tokens_per_s']:.1f})",
+    ]
+    body = []
+    for label, r in zip(labels, runs, strict=True):
+        a, b = plain["tokens"], r["tokens"]
+        same = next(
+            (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+        )
+        equal = f"all {same}" if same == len(a) == len(b) else f"first {same}"
+        stats = r["stats"]
+        body.append([label, equal, f"{stats['tau_mean']:.2f}", f"{stats['tokens_per_s']:.1f}"])
+    return _table(head, body)
+
+
+def _validation(results: list[dict | list], options: dict[str, str]) -> list[str]:
+    """Validation tau estimate / slot-1 accuracy at chosen steps: a run's history (a list of
+    logged steps) or a drafter's card (its best checkpoint's step only)."""
+    steps = [int(s) for s in options["steps"].split(",")]
+    body = []
+    for label, result in zip(_names(options, "labels", results), results, strict=True):
+        if isinstance(result, dict):  # a card: the kept checkpoint's metrics
+            m = result["metrics"]
+            at = {m["steps"]: (m["val_tau_estimate"], m["val_slot_accuracy"][0])}
+        else:
+            at = {
+                r["step"]: (r["val"]["tau_estimate"], r["val"]["slot_accuracy"][0])
+                for r in result
+                if "val" in r
+            }
+        cells = [f"{at[s][0]:.2f} / {at[s][1]:.2f}" if s in at else "" for s in steps]
+        body.append([label, *cells])
+    return _table(["step", *(f"{s:,}" for s in steps)], body)
+
+
+def _app_speed(results: list[dict], options: dict[str, str]) -> list[str]:
+    """Runs side by side (runs="before|after"), or pooled into one (pooled=yes: each row
+    sums every run's answers of its kind and configuration)."""
+    if options.get("pooled") == "yes":
+        return app_speed_table([(None, pooled_app_speed_rows(results))])
+    if "runs" in options:
+        names = _names(options, "runs", results)
+        return app_speed_table(list(zip(names, (r["rows"] for r in results), strict=True)))
+    return app_speed_table([(None, r["rows"]) for r in results])
+
+
 RENDERERS: dict[str, Callable[[list[dict], dict[str, str]], list[str]]] = {
     "speed": lambda results, options: summary_table(_one(results, "speed")),
     "speed-runs": _speed_runs,
@@ -349,6 +462,13 @@ RENDERERS: dict[str, Callable[[list[dict], dict[str, str]], list[str]]] = {
     "acceptance": _acceptance,
     "speedup-costs": _speedup_costs,
     "speedup-stages": _speedup_stages,
+    "projection": _projection,
+    "app-speed": _app_speed,
+    "app-render": lambda results, options: render_cost_table(results),
+    "kernels": _kernels,
+    "generate-runs": _generate_runs,
+    "validation": _validation,
+    "torch-check": lambda results, options: torch_check_table(_one(results, "torch-check")),
 }
 
 

@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     from app import worker
     from app.main_window import MainWindow
     from app.worker import EngineConfig, EngineHost
+    from engine.bench.app_tables import app_speed_table
     from engine.bench.prompts import CHAT_PROMPTS
     from engine.bench.speed import machine_info, run_once
     from engine.engine import Engine
@@ -316,21 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{cores} cores; GIL switch interval {default_interval * 1000:g} ms unless named"
         + (f"; UI thread nice +{args.ui_nice}." if args.ui_nice else "."),
         "",
-        "| kind | config | answers | differ | tokens | decode tok/s | vs command line "
-        "| UI CPU ms/token | event loop max gap (ms) | p99 |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        *app_speed_table([(None, rows)]),
     ]
-
-    def cell(value, fmt: str) -> str:
-        return "-" if value is None else format(value, fmt)
-
-    for r in rows:
-        lines.append(
-            f"| {r['kind']} | {r['config']} | {r['answers']} | {r['differ']} | {r['tokens']} | "
-            f"{r['tok_s']:.1f} | "
-            f"{r['vs_cli']:.2f}x | {cell(r['ui_cpu_ms_per_token'], '.2f')} | "
-            f"{cell(r['max_gap_ms'], '.0f')} | {cell(r['p99_gap_ms'], '.0f')} |"
-        )
     print("\n".join(lines))
     if args.out:
         out = Path(args.out)

@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from engine.bench.app_tables import RENDER_CATEGORIES, render_cost_table
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 # Prompts per answer kind, tried in order until one answers with MIN_TOKENS or more (the
@@ -58,7 +60,6 @@ ANSWERS = {
     ],
 }
 MIN_TOKENS = 800
-CATEGORIES = ("split", "convert", "tint", "fit", "layout_events", "paint_events")
 
 
 def _record_one(engine, prompt: str, settings) -> dict:
@@ -140,8 +141,8 @@ class _Clock:
     category minus what the calls nested in it spent."""
 
     def __init__(self) -> None:
-        self.totals = dict.fromkeys(CATEGORIES, 0.0)
-        self.calls = dict.fromkeys(CATEGORIES, 0)
+        self.totals = dict.fromkeys(RENDER_CATEGORIES, 0.0)
+        self.calls = dict.fromkeys(RENDER_CATEGORIES, 0)
         self._stack: list[list] = []
 
     def run(self, category: str, fn, *args, **kwargs):
@@ -259,7 +260,7 @@ def replay(answers: Path, out: Path | None, label: str, speed: float) -> dict:
         cpu = time.thread_time() - cpu0
         assert card.rendered_text() is not None
         tokens = entry["tokens"]
-        split = {c: (clock.totals[c] - before[c]) * 1000 / tokens for c in CATEGORIES}
+        split = {c: (clock.totals[c] - before[c]) * 1000 / tokens for c in RENDER_CATEGORIES}
         split["other"] = cpu * 1000 / tokens - sum(split.values())
         row = {
             "kind": entry["kind"],
@@ -285,19 +286,8 @@ def replay(answers: Path, out: Path | None, label: str, speed: float) -> dict:
 
 def table(results: list[Path]) -> str:
     """A markdown table of replay results side by side (e.g. before and after a change)."""
-    head = "| run | kind | tokens | updates | UI CPU ms/token | " + " | ".join(
-        [*CATEGORIES, "other"]
-    )
-    lines = [head + " |", "|" + "---|" * (6 + len(CATEGORIES))]
-    for path in results:
-        result = json.loads(path.read_text(encoding="utf-8"))
-        for row in result["rows"]:
-            split = " | ".join(f"{row['ms_per_token'][c]:.3f}" for c in [*CATEGORIES, "other"])
-            lines.append(
-                f"| {result['label']} | {row['kind']} | {row['tokens']} | {row['updates']} | "
-                f"{row['ui_cpu_ms_per_token']:.2f} | {split} |"
-            )
-    return "\n".join(lines) + "\n"
+    loaded = [json.loads(path.read_text(encoding="utf-8")) for path in results]
+    return "\n".join(render_cost_table(loaded)) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,12 +3,15 @@ matches its raw files, and a number edited by hand in a table is caught and name
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
 
 from engine.cli import main
-from engine.results_render import RESULTS, render_text, tables
+from engine.provenance import REPO
+from engine.results_render import RESULTS, render_table, render_text, tables
 
 QWEN_WALK = (
     "acceptance docs/bench/qwen-coder/speedup-standard/validate.json cols=tau,vs-ngram,sets,ms"
@@ -56,3 +59,88 @@ def test_a_table_is_written_between_its_markers_and_bad_specs_are_refused(tmp_pa
         bad.write_text(f"<!-- table: {body} -->\n<!-- /table -->\n", encoding="utf-8")
         assert main(["results", "render", "--check", "--file", str(bad)]) == 2
         assert Path(body.split()[-1]).name in capsys.readouterr().err
+
+
+NEW_RENDERERS = [
+    "app-speed",
+    "app-render",
+    "projection",
+    "kernels",
+    "generate-runs",
+    "validation",
+    "torch-check",
+]
+
+
+@pytest.mark.parametrize("renderer", [*NEW_RENDERERS, "speed-runs"])
+def test_each_renderer_draws_its_committed_table_and_a_hand_edit_fails(renderer, tmp_path, capsys):
+    text = RESULTS.read_text(encoding="utf-8")
+    table = next(t for t in tables(text) if t.spec.split()[0] == renderer)
+    assert render_table(table.spec) == table.body
+    # change the first digit after the last row's label, as a hand edit of a number would
+    last = table.body.splitlines()[-1]
+    cells = last.index("|", 1)
+    bumped = re.sub(r"\d", lambda m: str((int(m[0]) + 1) % 10), last[cells:], count=1)
+    edited_row = last[:cells] + bumped
+    edited = tmp_path / "RESULTS.md"
+    edited.write_text(text.replace(table.body, table.body.replace(last, edited_row)), "utf-8")
+    assert main(["results", "render", "--check", "--file", str(edited)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("table differs") == 1 and f"line {table.line}:" in err
+
+
+def _rows(spec: str) -> list[list[str]]:
+    body = render_table(spec).splitlines()[2:]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in body]
+
+
+def test_app_speed_groups_runs_by_kind_against_their_own_command_line():
+    files = [f"docs/bench/app-speed-kinds/session2-{r}/app-speed.json" for r in ("before", "after")]
+    rows = _rows(f"app-speed {' '.join(files)} runs=before|after")
+    assert [r[:2] for r in rows if r[2].startswith("command line")] == [
+        [k, run] for k in ("chat", "code", "long") for run in ("before", "after")
+    ]
+    before = json.loads((REPO / files[0]).read_text(encoding="utf-8"))["rows"]
+    long_window = next(r for r in before if r["kind"] == "long" and r["config"] != rows[0][2])
+    row = next(r for r in rows if r[:3] == ["long", "before", long_window["config"]])
+    assert row[3:6] == [
+        str(long_window["tokens"]),
+        f"{long_window['tok_s']:.1f}",
+        f"{long_window['vs_cli']:.2f}x",
+    ]
+    with pytest.raises(ValueError, match="runs= names 1 files"):
+        render_table(f"app-speed {' '.join(files)} runs=before")
+
+
+def test_kernels_say_up_to_which_block_rows_are_exact():
+    files = ["smollm2", "gemma"]
+    rows = _rows("kernels " + " ".join(f"docs/bench/kernels/doctor-{f}.json" for f in files))
+    gemma = json.loads((REPO / "docs/bench/kernels/doctor-gemma.json").read_text("utf-8"))
+    upto = next(r for r in gemma["kernels"]["verdict"]["results"] if r["outcome"] == "works")
+    assert upto["exact_upto"] < upto["checked_rows"]  # Gemma's tiled kernel from B=8
+    assert rows[0][0] == "smollm2-135m-instruct" and rows[0][2] == "every B (32)"
+    assert rows[1][2] == f"B={upto['exact_upto']}"
+
+
+def test_generate_runs_count_the_tokens_equal_to_plain():
+    k = "docs/bench/kernels/gemma-tutorial"
+    rows = _rows(
+        f"generate-runs {k}-plain.json {k}-ngram16-exact.json {k}-ngram16-fast.json labels=a|b"
+    )
+    fast = json.loads((REPO / f"{k}-ngram16-fast.json").read_text("utf-8"))
+    plain = json.loads((REPO / f"{k}-plain.json").read_text("utf-8"))
+    diverged = [
+        i for i, (x, y) in enumerate(zip(plain["tokens"], fast["tokens"], strict=True)) if x != y
+    ]
+    assert rows[0][1] == f"all {len(plain['tokens'])}"  # exact mode: greedy output unchanged
+    assert rows[1][1] == f"first {diverged[0]}"
+
+
+def test_validation_fills_only_the_steps_a_file_has():
+    spec = (
+        "validation resources/drafters/hyflash-smollm2-135m/card.json "
+        "docs/bench/v4-baselines-fused/validation-v4-fused.json labels=card|run steps=250,2750"
+    )
+    card, run = _rows(spec)
+    assert card[1] == "" and card[2] != ""  # a card keeps its best checkpoint's step only
+    assert run[1] != "" and run[2] != ""

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.hyflash.acceptance import _table
 from engine.hyflash.target_vocab import eog_ids
 
 
@@ -206,6 +207,35 @@ def record_source_verdict(table: list[dict], device: str, path: Path | None = No
     return best["source"]
 
 
+def torch_check_table(result: dict) -> list[str]:
+    """Speed and agreement of every target the check ran, llama.cpp first (the reference)."""
+    head = [
+        "target",
+        "features tok/s",
+        "labels tok/s",
+        "generation tok/s",
+        "cosine mean / min",
+        "norm ratio",
+        "argmax agreement",
+        "answers = llama.cpp's",
+    ]
+    rows = []
+    for r in result["results"]:
+        agree = (
+            [
+                f"{r['cosine_mean']:.5f} / {r['cosine_min']:.4f}",
+                f"{r['norm_ratio_mean']:.4f}",
+                f"{r['argmax_agreement']:.3f}",
+                r["answers_equal"],
+            ]
+            if "cosine_mean" in r
+            else ["reference", "", "", ""]
+        )
+        speed = [f"{r['features_tok_s']:.0f}", f"{r['labels_tok_s']:.0f}"]
+        rows.append([r["name"], *speed, f"{r['generation_tok_s']:.1f}", *agree])
+    return _table(head, rows)
+
+
 def _torch_check_markdown(result: dict) -> str:
     m, g = result["machine"], result["generation"]
     lines = [
@@ -217,21 +247,8 @@ def _torch_check_markdown(result: dict) -> str:
         f"sequences of {result['answers']}; generation: {g['prompts']} prompts x "
         f"{g['max_new_tokens']} tokens, llama.cpp as parallel streams, torch as one batch.",
         "",
-        "| target | features tok/s | labels tok/s | generation tok/s | cosine mean / min "
-        "| norm ratio | argmax agreement | answers = llama.cpp's |",
-        "|---|---|---|---|---|---|---|---|",
+        *torch_check_table(result),
     ]
-    for r in result["results"]:
-        agree = (
-            f"{r['cosine_mean']:.5f} / {r['cosine_min']:.4f} | {r['norm_ratio_mean']:.4f} | "
-            f"{r['argmax_agreement']:.3f} | {r['answers_equal']}"
-            if "cosine_mean" in r
-            else "reference | | | "
-        )
-        lines.append(
-            f"| {r['name']} | {r['features_tok_s']:.0f} | {r['labels_tok_s']:.0f} | "
-            f"{r['generation_tok_s']:.1f} | {agree} |"
-        )
     best = max(result["results"], key=lambda r: r["features_tok_s"])
     lines += ["", f"Fastest feature source here: {best['name']}."]
     return "\n".join(lines)
