@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QEvent, QObject, Qt
@@ -363,8 +366,25 @@ def test_message_card_code_block_copy_and_tint(qtbot):
 def test_auto_threads_per_core_count(monkeypatch, cores, threads):
     from app import settings
 
-    monkeypatch.setattr(settings.os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(settings, "usable_cores", lambda: cores)
     assert settings.auto_threads() == threads
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU sets are Linux's")
+def test_threads_follow_the_cores_the_process_may_use():
+    # a process pinned to one core (taskset, a container's CPU set) gets one thread, whatever
+    # the machine has
+    code = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "from app.settings import auto_threads; from engine.target import default_threads; "
+        "print(auto_threads(), default_threads())"
+    )
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=repo, env=env
+    )
+    assert out.stdout.split() == ["1", "1"]
 
 
 class _PaintCounter(QObject):

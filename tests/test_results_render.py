@@ -144,3 +144,22 @@ def test_validation_fills_only_the_steps_a_file_has():
     card, run = _rows(spec)
     assert card[1] == "" and card[2] != ""  # a card keeps its best checkpoint's step only
     assert run[1] != "" and run[2] != ""
+
+
+def test_app_speed_pooled_sums_every_answer_of_every_run():
+    files = [f"docs/bench/app-speed-kinds/session4-final-r{r}/app-speed.json" for r in (1, 2, 3)]
+    rows = _rows(f"app-speed {' '.join(files)} pooled=yes")
+    runs = [json.loads((REPO / f).read_text(encoding="utf-8")) for f in files]
+    answers = [a for run in runs for a in run["answers"] if a["kind"] == "long"]
+
+    def speed(config_start: str) -> tuple[int, float]:
+        mine = [a for a in answers if a["config"].startswith(config_start)]
+        tokens = sum(a["tokens"] for a in mine)
+        return tokens, tokens / sum(a["decode_s"] for a in mine)
+
+    (tokens, window), (_, cli) = speed("window"), speed("command line")
+    row = next(r for r in rows if r[0] == "long" and r[1].startswith("window"))
+    assert row[2:4] == [str(3 * 3), "0"]  # 3 long answers a run, all equal to the command line's
+    assert row[4:7] == [str(tokens), f"{window:.1f}", f"{window / cli:.2f}x"]
+    worst = max(r["max_gap_ms"] for run in runs for r in run["rows"] if r["config"] == row[1])
+    assert row[8] == f"{worst:.0f}"
