@@ -42,6 +42,8 @@ Renderers:
   validation FILE...     validation tau estimate / slot-1 accuracy per training step, from a
                          run's history.json or a drafter's card.json (labels=, steps=1,2,...)
   torch-check FILE       hyflash data torch-check's table
+  vocab-coverage FILE    hyflash data vocab-coverage's table: held-out coverage per draft
+                         vocabulary size
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from engine.bench.drafter_time import time_table
 from engine.bench.speed import _interval, _sampling, cost_curve_table, summary_table
 from engine.hyflash.acceptance import _table
 from engine.hyflash.torch_check import torch_check_table
+from engine.hyflash.vocab_coverage import coverage_table
 from engine.provenance import REPO
 
 RESULTS = REPO / "docs" / "RESULTS.md"
@@ -469,6 +472,7 @@ RENDERERS: dict[str, Callable[[list[dict], dict[str, str]], list[str]]] = {
     "generate-runs": _generate_runs,
     "validation": _validation,
     "torch-check": lambda results, options: torch_check_table(_one(results, "torch-check")),
+    "vocab-coverage": lambda results, options: coverage_table(_one(results, "vocab-coverage")),
 }
 
 

@@ -15,6 +15,7 @@ from engine.hyflash.data_commands import cmd_data_conversations, cmd_data_genera
 from engine.hyflash.torch_check import cmd_data_torch_check
 from engine.hyflash.train_commands import cmd_export, cmd_train
 from engine.hyflash.train_config import TrainConfig
+from engine.hyflash.vocab_coverage import SIZES, cmd_data_vocab_coverage
 
 
 def _add_torch_args(parser) -> None:
@@ -42,6 +43,18 @@ def add_data_parser(sub) -> None:
     conv.add_argument("--max-tokens", type=int, default=384)
     conv.set_defaults(func=cmd_data_conversations)
     _add_torch_check_parser(dsub)
+    cover = dsub.add_parser(
+        "vocab-coverage",
+        help="share of held-out answer tokens a draft vocabulary of each size covers, chosen "
+        "as training chooses it",
+    )
+    cover.add_argument("--model", default=None)
+    cover.add_argument("--answers", default=None, help="training answers (default: the model's)")
+    cover.add_argument("--max-answers", type=int, default=None, help="its first N (default all)")
+    cover.add_argument("--heldout", default=None, help="held-out answers (default: the model's)")
+    cover.add_argument("--sizes", default=SIZES, help="draft vocabulary sizes")
+    cover.add_argument("--out", default=None, help="folder for vocab_coverage.json and .md")
+    cover.set_defaults(func=cmd_data_vocab_coverage)
 
 
 def _add_data_generate_parser(dsub) -> None:
