@@ -127,7 +127,7 @@ class SlotHistogram(QWidget):
 
     def set_counts(self, accept: list[int], propose: list[int]) -> None:
         if accept == self.accept and propose == self.propose:
-            return  # no repaint for the same counts (updates come 10 times a second)
+            return  # no repaint for the same counts (updates come several times a second)
         self.accept, self.propose = list(accept), list(propose)
         self.update()
 
