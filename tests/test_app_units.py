@@ -401,7 +401,7 @@ class _PaintCounter(QObject):
 
 
 def test_stats_panel_repaints_only_what_changed(qtbot):
-    """Stats arrive 10 times a second: the slot histogram and the memory bars stay as they are
+    """Stats arrive several times a second: the slot histogram and the memory bars stay as they are
     when their values did not change, while the tau plot takes every update."""
     panel = StatsPanel()
     qtbot.addWidget(panel)
