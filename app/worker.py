@@ -38,7 +38,7 @@ from engine.options import FALLBACK_DRAFTER
 # decode speed at 10 a second against 0.87-0.94x at 30 (docs/bench/app-speed-kinds, issue 39)
 EMIT_INTERVAL_S = 1 / 10
 # the stats panel (numbers, tau plot, histogram) at most 4 times a second: its updates at 10
-# a second cost the window 2-6% of the command line's speed on 2 cores (issue 39, session 4)
+# a second cost the window 2-6% of the command line's speed on 2 cores (issue 39, session 30)
 STATS_INTERVAL_S = 1 / 4
 _request_ids = itertools.count(1)
 
