@@ -6,7 +6,6 @@ its vocabulary, so this coverage bounds every slot's accuracy from above."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -65,6 +64,7 @@ def coverage_table(result: dict) -> list[str]:
 
 
 def cmd_data_vocab_coverage(args: argparse.Namespace) -> int:
+    from engine.bench.report import publish
     from engine.data_paths import default_answers_path
     from engine.hyflash.distill import load_answers
     from engine.hyflash.target_vocab import embedding_shape, eog_ids
@@ -107,10 +107,5 @@ def cmd_data_vocab_coverage(args: argparse.Namespace) -> int:
         "",
         *coverage_table(result),
     ]
-    print("\n".join(lines))
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "vocab_coverage.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
-        (out / "vocab_coverage.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    publish(result, "\n".join(lines), args.out, "vocab_coverage")
     return 0
