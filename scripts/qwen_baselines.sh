@@ -1,28 +1,39 @@
 #!/usr/bin/env bash
 # Issue 37, items 3 and 5: baselines for the shipped Qwen2.5-Coder drafter at its exact data and
-# steps (the thorough budget of `scripts/qwen_drafter.sh`: the corpus's first 2,400 answers plus
-# the 1,000 labelled ShareGPT conversations, block 16, 3,000 steps, torch-fp32 features), run
-# inside the speedup job's folder so they read the feature cache the job filled:
+# steps. The shipped drafter is `scripts/qwen_drafter.sh`'s standard budget: the corpus's first
+# 600 answers plus the first 400 labelled ShareGPT conversations (the corpus held 400 when it
+# ran), block 16, 1,000 steps, validation every 100; BUDGET=thorough gives 2,400 / 1,000 /
+# 3,000 / 250 instead. Variants:
 #   full      full attention over every entry (DFlash-style), no memory
 #   vocab8k   the shipped recipe with an 8,192-id draft vocabulary (shipped: 16,384)
 #   vocab32k  the same with 32,768 ids
 # each exported INT8, then walked with the shipped drafter and n-gram lookup on the 72
-# held-out answers at B = 4 / 8 / 16. Training resumes from runs/qwen-NAME/checkpoint.pt after
-# an interruption; a finished run only re-exports. About an hour of 2 cores per variant.
-# Usage: scripts/qwen_baselines.sh [VARIANT ...]   (default: full)
+# held-out answers at B = 4 / 8 / 16. Features come from the GGUF in torch at DTYPE (the
+# shipped drafter's were fp32; bf16 is ~5x faster on AVX512-BF16/AMX machines), cached in
+# runs/qwen-baselines/ and shared by the variants. Training resumes from
+# runs/qwen-baselines/NAME/checkpoint.pt after an interruption; a finished run only
+# re-exports.
+# Usage: [BUDGET=standard] [DTYPE=fp32] scripts/qwen_baselines.sh [VARIANT ...]  (default: full)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 M=qwen2.5-coder-0.5b-instruct
 D=$root/data/distill/$M
-job=$root/runs/speedup-$M
 hf=$root/.venv/bin/hyflash
+case ${BUDGET:-standard} in
+    standard) answers=600 conversations=400 steps=1000 every=100 ;;
+    thorough) answers=2400 conversations=1000 steps=3000 every=250 ;;
+    *) echo "unknown budget $BUDGET" >&2; exit 2 ;;
+esac
 variants=("$@")
 if [ ${#variants[@]} -eq 0 ]; then
     variants=(full)
 fi
+work=$root/runs/qwen-baselines
+mkdir -p "$work"
+head -n "$conversations" "$D/sharegpt_answers.jsonl" >"$work/conversations.jsonl"
 walk=(--drafter ngram --drafter "HyFlash (shipped)=$root/resources/drafters/hyflash-qwen2.5-coder-0.5b")
-cd "$job"  # the job's relative feature caches (runs/features/) are found from here
+cd "$work"  # relative feature caches (runs/features/) are shared by every variant from here
 for name in "${variants[@]}"; do
     case $name in
         full) args=(--attention full --memory none --draft-vocab 16384); label="full attention" ;;
@@ -31,13 +42,13 @@ for name in "${variants[@]}"; do
         *) echo "unknown variant $name" >&2; exit 2 ;;
     esac
     $hf train --model $M "${args[@]}" --causal-slots --copy-trust 0.2 --block-size 16 \
-        --corpus "$D/answers.jsonl" --max-answers 2400 --extra-corpus "$D/sharegpt_answers.jsonl" \
-        --max-len 1024 --steps 3000 --eval-every 250 --threads 2 --feature-source torch \
-        --torch-dtype fp32 --out "runs/qwen-$name" >> "runs/qwen-$name.log" 2>&1
-    $hf export --model $M --run "runs/qwen-$name" --checkpoint best.pt \
-        --out "runs/export/qwen-$name" --name "qwen-$name" --quantize int8 --keep-only int8 \
-        >> "runs/qwen-$name.log" 2>&1
-    walk+=(--drafter "$label=$job/runs/export/qwen-$name")
+        --corpus "$D/answers.jsonl" --max-answers "$answers" \
+        --extra-corpus "$work/conversations.jsonl" --max-len 1024 --steps "$steps" \
+        --eval-every "$every" --threads 2 --feature-source torch \
+        --torch-dtype "${DTYPE:-fp32}" --out "$name" >>"$name.log" 2>&1
+    $hf export --model $M --run "$name" --checkpoint best.pt --out "export/$name" \
+        --name "qwen-$name" --quantize int8 --keep-only int8 >>"$name.log" 2>&1
+    walk+=(--drafter "$label=$work/export/$name")
 done
 cd "$root"
 $hf acceptance --model $M --answers "$D/eval_answers.jsonl" "${walk[@]}" --blocks 4,8,16 \
