@@ -2,14 +2,15 @@
 # Issue 37, items 3 and 5: baselines for the shipped Qwen2.5-Coder drafter at its exact data and
 # steps. The shipped drafter is `scripts/qwen_drafter.sh`'s standard budget: the corpus's first
 # 600 answers plus the first 400 labelled ShareGPT conversations (the corpus held 400 when it
-# ran), block 16, 1,000 steps, validation every 100; BUDGET=thorough gives 2,400 / 1,000 /
-# 3,000 / 250 instead. Variants:
+# ran), block 16, 1,000 steps, validation every 100. BUDGET names another of `hyflash speedup
+# --budget`'s budgets (engine/hyflash/speedup_plan.py's BUDGETS; thorough: 2,400 / 1,000 /
+# 3,000 / 250). Variants:
 #   full      full attention over every entry (DFlash-style), no memory
 #   vocab8k   the shipped recipe with an 8,192-id draft vocabulary (shipped: 16,384)
 #   vocab32k  the same with 32,768 ids
 # each exported INT8, then walked with the shipped drafter and n-gram lookup on the 72
 # held-out answers at B = 4 / 8 / 16. Features come from the GGUF in torch at DTYPE (the
-# shipped drafter's were fp32; bf16 is ~5x faster on AVX512-BF16/AMX machines), cached in
+# shipped drafter's were fp32; bf16 is ~4x faster on AVX512-BF16/AMX machines), cached in
 # runs/qwen-baselines/ and shared by the variants. Training resumes from
 # runs/qwen-baselines/NAME/checkpoint.pt after an interruption; a finished run only
 # re-exports.
@@ -20,11 +21,11 @@ root=$PWD
 M=qwen2.5-coder-0.5b-instruct
 D=$root/data/distill/$M
 hf=$root/.venv/bin/hyflash
-case ${BUDGET:-standard} in
-    standard) answers=600 conversations=400 steps=1000 every=100 ;;
-    thorough) answers=2400 conversations=1000 steps=3000 every=250 ;;
-    *) echo "unknown budget $BUDGET" >&2; exit 2 ;;
-esac
+# the budget's numbers come from the speedup plan's table, so the baselines match its drafters
+budget=$("$root/.venv/bin/python" -c "from engine.hyflash.speedup_plan import BUDGETS
+b = BUDGETS['${BUDGET:-standard}']
+print(b.answers, b.conversations, b.steps, b.eval_every)")
+read -r answers conversations steps every <<<"$budget"
 variants=("$@")
 if [ ${#variants[@]} -eq 0 ]; then
     variants=(full)
