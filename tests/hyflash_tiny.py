@@ -1,4 +1,5 @@
-"""A tiny drafter configuration shared by the HyFlash model and run-time tests."""
+"""A tiny drafter configuration and model shared by the HyFlash model, training and run-time
+tests."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pytest
 import torch
 
 from engine.drafters.hyflash_shared import DrafterConfig
+from engine.hyflash.model import HyFlashModel
 
 V, E = 97, 16  # tiny target: vocabulary, hidden size
 
@@ -30,6 +32,15 @@ def tiny_config(**kw) -> DrafterConfig:
     )
     base.update(kw)
     return DrafterConfig(**base)
+
+
+def tiny_model(cfg: DrafterConfig, seed: int = 0) -> HyFlashModel:
+    """A drafter over a random tiny target whose embedding is its LM head (tied)."""
+    g = torch.Generator().manual_seed(seed)
+    emb = torch.randn(V, E, generator=g)
+    draft_ids = torch.randperm(V, generator=g)[: cfg.n_draft_vocab]
+    torch.manual_seed(seed)
+    return HyFlashModel(cfg, emb, emb, draft_ids).eval()
 
 
 @pytest.fixture(autouse=True, scope="module")

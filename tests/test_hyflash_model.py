@@ -14,7 +14,13 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from hyflash_tiny import E, V, one_torch_thread, tiny_config  # noqa: F401 - autouse fixture
+from hyflash_tiny import (  # noqa: F401 - autouse fixture
+    E,
+    V,
+    one_torch_thread,
+    tiny_config,
+    tiny_model,
+)
 
 from engine.drafters.hyflash_shared import (
     DrafterConfig,
@@ -28,15 +34,6 @@ from engine.hyflash.model import HyFlashModel
 from engine.hyflash.ssm import GatedDeltaNetMemory, Mamba2Memory, unit_lower_inverse
 from engine.hyflash.train import Sequences, _step_batch, select_draft_vocab, train
 from engine.hyflash.train_config import TrainConfig
-
-
-def tiny_model(cfg: DrafterConfig, seed: int = 0) -> HyFlashModel:
-    g = torch.Generator().manual_seed(seed)
-    emb = torch.randn(V, E, generator=g)
-    draft_ids = torch.randperm(V, generator=g)[: cfg.n_draft_vocab]
-    torch.manual_seed(seed)
-    return HyFlashModel(cfg, emb, emb, draft_ids).eval()
-
 
 # ----- config ------------------------------------------------------------------------------
 

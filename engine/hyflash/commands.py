@@ -203,6 +203,13 @@ def _add_training_data_args(tr) -> None:
         "conversations), trained on the target's labels",
     )
     tr.add_argument(
+        "--supervision",
+        default=TrainConfig.supervision,
+        choices=["all", "own"],
+        help="in --extra-corpus text: every slot learns the target's label (all), or slot k "
+        "only where the k-1 tokens after the anchor are what the target itself predicts (own)",
+    )
+    tr.add_argument(
         "--labels",
         default="tokens",
         choices=["tokens", "target"],
@@ -220,6 +227,14 @@ def _add_training_run_args(tr) -> None:
         default=TrainConfig.copy_trust,
         help="weight of the copy-path trust loss: the gate learns to take the n-gram lookup "
         "candidate where it is right (0: NLL only)",
+    )
+    tr.add_argument(
+        "--soft-weight",
+        type=float,
+        default=TrainConfig.soft_weight,
+        help="soft targets: minimise (1 - w) x NLL of the labels + w x KL from the target's "
+        "own distribution (its cached final state through its head) over the draft "
+        "vocabulary; 0: hard labels only",
     )
     tr.add_argument(
         "--precision",

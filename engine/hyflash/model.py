@@ -78,6 +78,7 @@ class TrainOutput:
     reachable: Tensor  # (N, A, B-1) bool: target in the draft vocab or among the copies
     copy_gate: Tensor  # (N, A, B-1, 3) gate probabilities (vocab, pointer, candidate)
     trust_loss: Tensor  # scalar: BCE of the candidate's gate share vs. "the lookup is right"
+    slots: SlotOutput  # the slots' distributions (soft_targets.distill_loss reads them)
 
     def slot_accuracy(self) -> Tensor:
         v = self.target_valid.float()
@@ -463,9 +464,11 @@ class HyFlashModel(nn.Module):
         cand_ids: Tensor | None = None,
         cand_match: Tensor | None = None,
         labels: Tensor | None = None,
+        slot_mask: Tensor | None = None,
     ) -> TrainOutput:
         """Loss of slot k predicting tokens[anchor + k] (or labels[anchor + k]: what the target
-        predicts there, for text the target did not write), weighted gamma**(k-1)."""
+        predicts there, for text the target did not write), weighted gamma**(k-1); slot_mask
+        (N, A, B-1) bool leaves the False slots out (soft_targets.own_text_mask)."""
         out, gate = self.draft_at_anchors(
             features, tokens, anchors, lengths=lengths, cand_ids=cand_ids, cand_match=cand_match
         )
@@ -475,6 +478,8 @@ class HyFlashModel(nn.Module):
         k = torch.arange(1, self.cfg.block_size, device=tokens.device)
         tpos = anchors[..., None] + k  # (N, A, B-1)
         target_valid = tpos < lengths[:, None, None]
+        if slot_mask is not None:
+            target_valid = target_valid & slot_mask
         y = (tokens if labels is None else labels)[
             torch.arange(n, device=tokens.device)[:, None, None], tpos.clamp(max=t - 1)
         ]
@@ -493,6 +498,7 @@ class HyFlashModel(nn.Module):
             reachable=reachable,
             copy_gate=gate,
             trust_loss=self.trust_loss(out, y, target_valid),
+            slots=out,
         )
 
     @staticmethod

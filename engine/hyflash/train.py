@@ -24,9 +24,11 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch import Tensor
 
 from engine.atomic_files import write_atomically
 from engine.hyflash.model import HyFlashModel
+from engine.hyflash.soft_targets import distill_loss, own_text_mask
 from engine.hyflash.train_config import TrainConfig
 
 
@@ -180,8 +182,10 @@ class _TrainForward(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, features, tokens, anchors, lengths, labels):
-        return self.model.forward_train(features, tokens, anchors, lengths=lengths, labels=labels)
+    def forward(self, features, tokens, anchors, lengths, labels, slot_mask):
+        return self.model.forward_train(
+            features, tokens, anchors, lengths=lengths, labels=labels, slot_mask=slot_mask
+        )
 
 
 def save_checkpoint(path: Path, model, opt, step: int, history: list[dict]) -> None:
@@ -193,7 +197,7 @@ def _resume(ckpt: Path, model: HyFlashModel, opt, log) -> tuple[int, list[dict]]
     """(step, history) of out_dir/checkpoint.pt loaded into model and opt; (0, []) fresh."""
     if not ckpt.exists():
         return 0, []
-    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
     log(f"resumed from step {state['step']}")
@@ -217,24 +221,42 @@ def _step_batch(train_data: Sequences, tcfg: TrainConfig, step: int) -> dict:
     return make_batch(train_data, global_idx[mine].tolist(), global_anchors[mine])
 
 
+def _global_mean(mean: Tensor, w_local: Tensor) -> Tensor:
+    """A per-rank weighted mean rescaled so that, once DDP averages gradients over ranks, the
+    sum is the global batch's weighted mean."""
+    return mean * w_local / _all_sum(w_local.detach()).clamp(min=1e-6) * _world()[1]
+
+
 def _optimize(model: HyFlashModel, forward, opt, params, b: dict, tcfg: TrainConfig) -> tuple:
-    """One optimizer step on batch b: (global-batch loss, gradient norm). The loss reported is
-    the NLL; the copy-trust term (a per-rank mean) is added to what is minimised only."""
+    """One optimizer step on batch b: (global-batch NLL, gradient norm, global-batch KL or
+    None). What is minimised is (1 - soft_weight) NLL + soft_weight KL (+ the copy-trust term,
+    a per-rank mean); the NLL is reported whatever the mix, so runs compare."""
+    slot_mask = None
+    if tcfg.supervision == "own" and b["labels"] is not None:
+        slot_mask = own_text_mask(b["tokens"], b["labels"], b["anchors"], model.cfg.n_slots)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=tcfg.precision == "bf16"):
-        out = forward(b["features"], b["tokens"], b["anchors"], b["lengths"], b["labels"])
+        out = forward(
+            b["features"], b["tokens"], b["anchors"], b["lengths"], b["labels"], slot_mask
+        )
     use = (out.target_valid & out.reachable).float()
     w_local = (use * model.slot_weight).sum()
-    w_global = _all_sum(w_local.detach())
-    # DDP averages gradients over ranks: scale so the sum equals the global-batch loss
-    objective = out.loss * w_local / w_global.clamp(min=1e-6) * _world()[1]
+    nll = _global_mean(out.loss, w_local)
+    objective = (1 - tcfg.soft_weight) * nll
+    kl = None
+    if tcfg.soft_weight:
+        kl = _global_mean(
+            *distill_loss(model, b["features"], b["anchors"], out.slots, out.target_valid)
+        )
+        objective = objective + tcfg.soft_weight * kl
     if tcfg.copy_trust:
         objective = objective + tcfg.copy_trust * out.trust_loss
     opt.zero_grad(set_to_none=True)
     objective.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(params, tcfg.clip)
     opt.step()
-    loss = float(_all_sum((out.loss * w_local).detach()) / w_global.clamp(min=1e-6))
-    return loss, float(grad_norm)
+    world = _world()[1]
+    report = [float(_all_sum(x.detach())) / world for x in (nll, kl) if x is not None]
+    return report[0], float(grad_norm), report[1] if kl is not None else None
 
 
 def _save(out_dir: Path, model, opt, step: int, history: list[dict]) -> None:
@@ -281,7 +303,7 @@ def train(
         b = _step_batch(train_data, tcfg, step)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, tcfg)
-        loss, grad_norm = _optimize(model, forward, opt, params, b, tcfg)
+        loss, grad_norm, kl = _optimize(model, forward, opt, params, b, tcfg)
         step += 1
         tokens_seen += int(b["anchors"].numel()) * world
         rate = tokens_seen / (time.perf_counter() - t0)
@@ -292,6 +314,8 @@ def train(
             "grad_norm": grad_norm,
             "anchors_per_s": rate,
         }
+        if kl is not None:
+            record["kl"] = kl
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.3f}", anchors_s=f"{rate:.0f}")
         if val_data is not None and (step % tcfg.eval_every == 0 or step == tcfg.steps):

@@ -146,6 +146,8 @@ def _write_run_info(
         "answer_tokens": int(sum(len(a) for a in answer_tokens)),
         "extra_corpus": args.extra_corpus,
         "copy_trust": args.copy_trust,
+        "soft_weight": args.soft_weight,
+        "supervision": args.supervision,
         "sources": args.sources,
         "source_weight": args.source_weight,
         "precision": precision,
@@ -205,6 +207,8 @@ def cmd_train(args: argparse.Namespace, on_step: Callable[[dict], None] | None =
         ckpt_every=args.eval_every,
         threads=args.threads,
         copy_trust=args.copy_trust,
+        soft_weight=args.soft_weight,
+        supervision=args.supervision,
         precision=_training_precision(args.precision),
     )
     if rank == 0:
@@ -238,7 +242,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     _, gguf = resolve_target(args.model)
     run = Path(args.run)
     cfg = DrafterConfig.load(run / "config.json")
-    state = torch.load(run / args.checkpoint, map_location="cpu", weights_only=False)
+    state = torch.load(run / args.checkpoint, map_location="cpu", weights_only=True)
     model = HyFlashModel.from_gguf(cfg, gguf, state["model"]["draft_ids"].numpy())
     model.load_state_dict(state["model"])
     model.eval()

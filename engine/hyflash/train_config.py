@@ -21,6 +21,12 @@ class TrainConfig:
     val_anchors: int = 32
     threads: int = 1
     copy_trust: float = 0.0  # weight of the copy-path trust loss (model.trust_loss)
+    # soft targets: what is minimised is (1 - w) * NLL of the labels + w * KL(target ||
+    # drafter) over the draft vocabulary (soft_targets.py); 0: hard labels only
+    soft_weight: float = 0.0
+    # "all": every slot of text the target did not write learns its label; "own": only slots
+    # whose preceding tokens are what the target itself predicts (soft_targets.own_text_mask)
+    supervision: str = "all"
     # "bf16": the training forward's matmuls under CPU autocast (1.5x faster steps where AMX or
     # AVX512-BF16 runs them natively; emulated elsewhere, so slower); weights, optimizer
     # state, softmaxes and the exported drafter stay fp32
