@@ -12,6 +12,7 @@ from engine.hyflash.model import NEG, SlotOutput
 from engine.hyflash.soft_targets import (
     distill_loss,
     draft_vocab_logprobs,
+    mixture_kl,
     own_text_mask,
     slot_kl,
     teacher_logprobs,
@@ -75,6 +76,18 @@ def test_kl_is_zero_when_the_drafter_reproduces_the_target_and_positive_otherwis
     p_id = teacher.exp()[..., int(model.target_to_draft[inside])]
     kl = slot_kl(teacher, draft_vocab_logprobs(model, lost))
     torch.testing.assert_close(kl, p_id * np.log(2), atol=1e-5, rtol=1e-4)
+
+
+def test_mixture_kl_equals_the_full_width_reference_with_repeated_and_outside_copies():
+    model = tiny_model(tiny_config())
+    feats, toks, anchors = _batch()
+    out = model.forward_train(feats, toks, anchors).slots
+    # the window holds repeated ids, and ids outside the draft vocabulary
+    assert (model.target_to_draft[out.copy_ids] < 0).any()
+    assert (out.copy_ids.sort(-1).values.diff(dim=-1) == 0).any()
+    teacher = teacher_logprobs(model, feats, anchors)
+    reference = slot_kl(teacher, draft_vocab_logprobs(model, out))
+    torch.testing.assert_close(mixture_kl(model, teacher, out), reference, atol=1e-5, rtol=1e-5)
 
 
 def test_distill_loss_trains_only_the_drafters_parameters_and_learns_the_distribution():
