@@ -23,7 +23,7 @@
 # re-exports.
 # VOCAB: the draft vocabulary of every variant but vocab8k / vocab32k (default the shipped
 # 16,384; another size names the runs NAME-vVOCAB and their labels "(VOCAB ids)").
-# THREADS: torch threads per training (default 2); WALK=0 trains and exports only (e.g. two
+# STEPS: see above. THREADS: torch threads per training (default 2); WALK=0 trains and exports only (e.g. two
 # variants side by side at THREADS=1, then one walk of both: rerun with the two names).
 # Usage: [BUDGET=standard] [DTYPE=fp32] [THREADS=2] [WALK=1] scripts/qwen_baselines.sh
 #        [VARIANT ...]  (default: full)
@@ -38,6 +38,8 @@ budget=$("$root/.venv/bin/python" -c "from engine.hyflash.speedup_plan import BU
 b = BUDGETS['${BUDGET:-standard}']
 print(b.answers, b.conversations, b.steps, b.eval_every)")
 read -r answers conversations steps every <<<"$budget"
+# STEPS: fewer (or more) steps than the budget's; the runs are then named NAME-sSTEPS
+steps=${STEPS:-$steps}
 variants=("$@")
 if [ ${#variants[@]} -eq 0 ]; then
     variants=(full)
@@ -63,6 +65,9 @@ for name in "${variants[@]}"; do
     vocab=${VOCAB:-16384}
     if [ "$vocab" != 16384 ]; then
         name=$name-v$vocab label="$label ($vocab ids)"
+    fi
+    if [ -n "${STEPS:-}" ]; then
+        name=$name-s$STEPS label="$label, $STEPS steps"
     fi
     # the shipped recipe's 16,384-id draft vocabulary unless the variant names another
     $hf train --model $M --draft-vocab "$vocab" "${args[@]}" --causal-slots --copy-trust 0.2 \
