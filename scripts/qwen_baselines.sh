@@ -23,10 +23,11 @@
 # re-exports.
 # VOCAB: the draft vocabulary of every variant but vocab8k / vocab32k (default the shipped
 # 16,384; another size names the runs NAME-vVOCAB and their labels "(VOCAB ids)").
-# STEPS: see above. THREADS: torch threads per training (default 2); WALK=0 trains and exports only (e.g. two
+# STEPS: fewer (or more) steps than the budget's; the runs are then named NAME-sSTEPS.
+# THREADS: torch threads per training (default 2). WALK=0 trains and exports only (e.g. two
 # variants side by side at THREADS=1, then one walk of both: rerun with the two names).
-# Usage: [BUDGET=standard] [DTYPE=fp32] [THREADS=2] [WALK=1] scripts/qwen_baselines.sh
-#        [VARIANT ...]  (default: full)
+# Usage: [BUDGET=standard] [DTYPE=fp32] [VOCAB=16384] [STEPS=N] [THREADS=2] [WALK=1]
+#        scripts/qwen_baselines.sh [VARIANT ...]  (default: full)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -38,7 +39,6 @@ budget=$("$root/.venv/bin/python" -c "from engine.hyflash.speedup_plan import BU
 b = BUDGETS['${BUDGET:-standard}']
 print(b.answers, b.conversations, b.steps, b.eval_every)")
 read -r answers conversations steps every <<<"$budget"
-# STEPS: fewer (or more) steps than the budget's; the runs are then named NAME-sSTEPS
 steps=${STEPS:-$steps}
 variants=("$@")
 if [ ${#variants[@]} -eq 0 ]; then

@@ -9,16 +9,26 @@ import torch
 from hyflash_tiny import E, V, one_torch_thread, tiny_config, tiny_model  # noqa: F401 - autouse
 
 from engine.hyflash.model import NEG, SlotOutput
-from engine.hyflash.soft_targets import (
-    distill_loss,
-    draft_vocab_logprobs,
-    mixture_kl,
-    own_text_mask,
-    slot_kl,
-    teacher_logprobs,
-)
+from engine.hyflash.soft_targets import distill_loss, mixture_kl, own_text_mask, teacher_logprobs
 from engine.hyflash.train import Sequences, train
 from engine.hyflash.train_config import TrainConfig
+
+_TINY = torch.finfo(torch.float32).tiny
+
+
+def draft_vocab_logprobs(model, out: SlotOutput) -> torch.Tensor:
+    """The reference: log of the mixture's mass on every draft id, the copies scattered over
+    the whole draft vocabulary (copies of ids outside it are lost mass)."""
+    if out.copy_lp is None:
+        return out.vocab_lp
+    d = model.target_to_draft[out.copy_ids]
+    copy_p = torch.where(d >= 0, out.copy_lp.exp(), torch.zeros_like(out.copy_lp))
+    mass = torch.zeros_like(out.vocab_lp).scatter_add(-1, d.clamp(min=0), copy_p)
+    return torch.logaddexp(out.vocab_lp, torch.log(mass.clamp(min=_TINY)))
+
+
+def slot_kl(teacher_lp: torch.Tensor, drafter_lp: torch.Tensor) -> torch.Tensor:
+    return (teacher_lp.exp() * (teacher_lp - drafter_lp)).sum(-1)
 
 
 def _batch(seed: int = 3, n: int = 2, t: int = 24):

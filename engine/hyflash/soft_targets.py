@@ -36,30 +36,14 @@ def teacher_logprobs(model: HyFlashModel, features: Tensor, anchors: Tensor) -> 
         return torch.log_softmax(rows.float() @ model.lm_head_t, dim=-1)
 
 
-def draft_vocab_logprobs(model: HyFlashModel, out: SlotOutput) -> Tensor:
-    """(N, A, B-1, V_d): log of the drafter's mixture probability of each draft-vocabulary
-    id (vocabulary share plus the copies that name it; copies of other ids are mass the
-    draft vocabulary does not see). The reference for mixture_kl (tests, small batches)."""
-    if out.copy_lp is None:
-        return out.vocab_lp
-    d = model.target_to_draft[out.copy_ids]
-    copy_p = torch.where(d >= 0, out.copy_lp.exp(), torch.zeros_like(out.copy_lp))
-    mass = torch.zeros_like(out.vocab_lp).scatter_add(-1, d.clamp(min=0), copy_p)
-    return torch.logaddexp(out.vocab_lp, torch.log(mass.clamp(min=_TINY)))
-
-
-def slot_kl(teacher_lp: Tensor, drafter_lp: Tensor) -> Tensor:
-    """(N, A, B-1): KL(target || drafter) over the draft vocabulary. The teacher sums to 1
-    there and the drafter to at most 1, so it is >= 0, and 0 only where they are equal."""
-    return (teacher_lp.exp() * (teacher_lp - drafter_lp)).sum(-1)
-
-
 def mixture_kl(model: HyFlashModel, teacher_lp: Tensor, out: SlotOutput) -> Tensor:
-    """slot_kl(teacher_lp, draft_vocab_logprobs(model, out)) without a vocabulary-wide
-    scatter: the mixture differs from the vocabulary share only at the (at most L+1) ids the
-    copies name, so the KL against the vocabulary share is corrected there, once per id. On
-    Qwen's 16K draft vocabulary this is 4x cheaper than the reference (full-width logaddexp,
-    log and scatter in the forward and backward pass)."""
+    """(N, A, B-1): KL(target || drafter) over the draft vocabulary, the drafter's side its
+    mixture's mass on each draft id (copies of other ids are mass the draft vocabulary does not
+    see; the drafter sums to at most 1 there, so the KL is >= 0, and 0 only where the two are
+    equal). The mixture differs from the vocabulary share only at the (at most L+1) ids the
+    copies name, so the KL against the vocabulary share is corrected there, once per id: on
+    Qwen's 16K draft vocabulary 4x cheaper than scattering the copies over the vocabulary
+    (the tests' reference)."""
     p = teacher_lp.exp()
     kl = (p * (teacher_lp - out.vocab_lp)).sum(-1)
     if out.copy_lp is None:

@@ -254,9 +254,12 @@ def _optimize(model: HyFlashModel, forward, opt, params, b: dict, tcfg: TrainCon
     objective.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(params, tcfg.clip)
     opt.step()
-    world = _world()[1]
-    report = [float(_all_sum(x.detach())) / world for x in (nll, kl) if x is not None]
-    return report[0], float(grad_norm), report[1] if kl is not None else None
+    return _global_value(nll), float(grad_norm), None if kl is None else _global_value(kl)
+
+
+def _global_value(term: Tensor) -> float:
+    """The global batch's weighted mean of a term _global_mean scaled on each rank."""
+    return float(_all_sum(term.detach())) / _world()[1]
 
 
 def _save(out_dir: Path, model, opt, step: int, history: list[dict]) -> None:
