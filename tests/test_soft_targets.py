@@ -222,6 +222,36 @@ def test_an_interrupted_run_resumes_to_the_same_checkpoint_as_an_uninterrupted_o
     assert steps(a["history"]) == steps(b["history"])
 
 
+def test_kept_steps_hold_the_weights_of_those_steps_on_one_schedule(tmp_path):
+    """--keep-steps: step-N.pt holds the weights as they were at step N of the whole run (the
+    points of a learning curve), beside the rolling checkpoint.pt; other steps keep nothing."""
+    tcfg = TrainConfig(
+        steps=12,
+        batch_seqs=4,
+        anchors_per_seq=4,
+        lr=3e-3,
+        warmup=1,
+        ckpt_every=5,
+        keep_steps=(3, 8),
+    )
+    model = tiny_model(tiny_config()).train()
+    seen = {}
+
+    def snapshot(record):
+        if record["step"] in tcfg.keep_steps:
+            seen[record["step"]] = {k: v.clone() for k, v in model.state_dict().items()}
+
+    train(model, _tiny_corpus(), None, tcfg, tmp_path, show_progress=False, on_step=snapshot)
+    assert sorted(p.name for p in tmp_path.glob("step-*.pt")) == ["step-3.pt", "step-8.pt"]
+    for step, weights in seen.items():
+        kept = torch.load(tmp_path / f"step-{step}.pt", weights_only=True)
+        assert kept["step"] == step and len(kept["history"]) == step
+        for key, value in weights.items():
+            assert torch.equal(kept["model"][key], value), (step, key)
+    assert not torch.equal(seen[3]["ctx_feat.weight"], seen[8]["ctx_feat.weight"])  # it trained
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["step"] == 12
+
+
 def test_a_checkpoint_that_would_run_code_is_refused(tmp_path):
     """Checkpoints load with weights_only: a pickle that calls a function is rejected unrun."""
     import pickle

@@ -180,6 +180,12 @@ def _add_training_data_args(tr) -> None:
     tr.add_argument("--warmup", type=int, default=TrainConfig.warmup)
     tr.add_argument("--seed", type=int, default=TrainConfig.seed)
     tr.add_argument("--eval-every", type=int, default=TrainConfig.eval_every)
+    tr.add_argument(
+        "--keep-steps",
+        default="",
+        help="also keep the weights of these steps as step-N.pt, e.g. 1000,2000,4000 (points "
+        "of a learning curve along one run; `hyflash export --checkpoint step-N.pt`)",
+    )
     tr.add_argument("--val-frac", type=float, default=0.05)
     tr.add_argument("--max-len", type=int, default=1024)
     tr.add_argument("--max-answers", type=int, default=None, help="first N sequences only")

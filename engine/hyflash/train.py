@@ -262,8 +262,10 @@ def _global_value(term: Tensor) -> float:
     return float(_all_sum(term.detach())) / _world()[1]
 
 
-def _save(out_dir: Path, model, opt, step: int, history: list[dict]) -> None:
+def _save(out_dir: Path, model, opt, step: int, history: list[dict], tcfg: TrainConfig) -> None:
     save_checkpoint(out_dir / "checkpoint.pt", model, opt, step, history)
+    if step in tcfg.keep_steps:
+        save_checkpoint(out_dir / f"step-{step}.pt", model, opt, step, history)
     # small corpora overfit: keep the weights that validated best as well
     vals = [h["val"]["tau_estimate"] for h in history if "val" in h]
     if vals and vals[-1] >= max(vals):
@@ -330,8 +332,10 @@ def train(
                     f", slot acc [{acc}], {rate:.0f} anchors/s"
                 )
         history.append(record)
-        if rank == 0 and (step % tcfg.ckpt_every == 0 or step == tcfg.steps):
-            _save(out_dir, model, opt, step, history)
+        if rank == 0 and (
+            step % tcfg.ckpt_every == 0 or step == tcfg.steps or step in tcfg.keep_steps
+        ):
+            _save(out_dir, model, opt, step, history, tcfg)
         if on_step is not None and rank == 0:
             on_step(record)
     bar.close()

@@ -205,6 +205,7 @@ def cmd_train(args: argparse.Namespace, on_step: Callable[[dict], None] | None =
         seed=args.seed,
         eval_every=args.eval_every,
         ckpt_every=args.eval_every,
+        keep_steps=tuple(int(x) for x in args.keep_steps.split(",") if x.strip()),
         threads=args.threads,
         copy_trust=args.copy_trust,
         soft_weight=args.soft_weight,

@@ -18,6 +18,8 @@ class TrainConfig:
     seed: int = 0
     eval_every: int = 250
     ckpt_every: int = 250
+    # steps whose weights are also kept as step-N.pt (points of a learning curve along one run)
+    keep_steps: tuple[int, ...] = ()
     val_anchors: int = 32
     threads: int = 1
     copy_trust: float = 0.0  # weight of the copy-path trust loss (model.trust_loss)
