@@ -57,8 +57,7 @@ def doctor_report(
 
 def kernel_report(model: str | None, n_gpu_layers: int = 0) -> dict:
     """The kernel verdict for a model on this machine (checked now if not remembered) and the
-    verify mode the engine would use with its default largest block."""
-    from engine.blocksize import DEFAULT_MAX_BLOCK
+    verify mode the engine would use."""
     from engine.events import EngineError
     from engine.kernels import decide, requested_verify_mode
     from engine.models import resolve_target
@@ -68,7 +67,7 @@ def kernel_report(model: str | None, n_gpu_layers: int = 0) -> dict:
         model_id, path = resolve_target(model)
         threads = default_threads()
         verdict = decide(path, n_threads=threads, n_gpu_layers=n_gpu_layers)
-        plan = verdict.verify_plan(requested_verify_mode(), DEFAULT_MAX_BLOCK)
+        plan = verdict.verify_plan(requested_verify_mode())
     except (EngineError, ValueError, OSError) as exc:
         return {"error": str(exc)}
     return {

@@ -101,7 +101,7 @@ class Engine:
         )
         self.template = ChatTemplate.for_target(self.target)
         self.max_block = min(max_block, MAX_BLOCK_SIZE)
-        self.verify = self.kernels.verify_plan(requested_mode, self.max_block)
+        self.verify = self.kernels.verify_plan(requested_mode)
         if profile:
             report("timing this machine's verify cost")
         self.cost = CostModel(profile_costs(self._timed_decode)) if profile else None
@@ -122,7 +122,7 @@ class Engine:
 
     def set_verify_mode(self, mode: str) -> None:
         """auto | exact | fast, without reloading (engine.kernels.VerifyPlan)."""
-        self.verify = self.kernels.verify_plan(requested_verify_mode(mode), self.max_block)
+        self.verify = self.kernels.verify_plan(requested_verify_mode(mode))
 
     def set_drafter(self, spec: str, fallback: str | None = None) -> str | None:
         """Switch drafters without reloading the target. A drafter that does not fit it

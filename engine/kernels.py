@@ -36,12 +36,12 @@ from pathlib import Path
 from engine.atomic_files import read_json, write_json
 from engine.events import ModelLoadError
 from engine.file_hash import file_sha256
-from engine.options import EXTRA_BUFTS, VERIFY_MODES
+from engine.options import EXTRA_BUFTS, MAX_BLOCK_SIZE, VERIFY_MODES
 
 ENV_EXTRA_BUFTS = "HYFLASH_EXTRA_BUFTS"  # on | off: force extra buffer types either way
 ENV_VERIFY = "HYFLASH_VERIFY"  # auto | exact | fast
 ENV_CHECK = "HYFLASH_KERNEL_CHECK"  # off: no child check (exactness then unknown)
-MAX_CHECK_ROWS = 32  # the engine never verifies more (options.MAX_BLOCK_SIZE)
+MAX_CHECK_ROWS = MAX_BLOCK_SIZE  # the engine never verifies more
 EXACT_MODE_MIN_ROWS = 4  # below this, chunked verification would cost most of the gain
 CHECK_FORMAT = 1  # bump when what the check measures changes: old verdicts are then ignored
 # Environment that changes which CPU kernels run, so it is part of the verdict's key.
@@ -119,15 +119,16 @@ class KernelVerdict:
     forced: str = ""  # what forced the configuration, "" when the check chose it
     from_cache: bool = False
 
-    def verify_plan(self, requested: str, max_block: int) -> VerifyPlan:
-        """How the engine verifies blocks of up to max_block tokens under mode `requested`
-        (auto | exact | fast)."""
+    def verify_plan(self, requested: str) -> VerifyPlan:
+        """How the engine verifies blocks under mode `requested` (auto | exact | fast): sized
+        for the largest block any generation may ask for (options.MAX_BLOCK_SIZE, a fixed
+        block size reaches it), not for the auto chooser's smaller cap."""
         if requested not in VERIFY_MODES:
             raise ValueError(f"verify mode must be one of {', '.join(VERIFY_MODES)}")
         exact = self.exact_upto
         if exact is None:
             return VerifyPlan("fast", None, "the kernel check is off: exactness was not checked")
-        if exact >= max_block:
+        if exact >= MAX_BLOCK_SIZE:
             return VerifyPlan(
                 "exact", None, f"batched rows are bit-identical to single decodes up to B={exact}"
             )

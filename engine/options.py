@@ -116,7 +116,8 @@ OPTIONS = (
         default="auto",
         app="auto",
         server="auto",
-        # the engine the app loads sizes its verify plan and auto chooser for this
+        # the engine the app loads caps its auto chooser here (its verify plan covers up to
+        # MAX_BLOCK_SIZE, which a fixed block size reaches)
         app_max=DEFAULT_MAX_BLOCK,
     ),
     Option(

@@ -230,21 +230,36 @@ def test_setting_and_environment_force_either_way(tmp_path, cache, fake_model, m
 
 
 def test_verify_plan():
-    exact16 = KernelVerdict(OFF, 32)
-    assert exact16.verify_plan("auto", 16).chunk is None
-    assert exact16.verify_plan("fast", 16).mode == "exact"  # whole blocks are exact anyway
+    exact32 = KernelVerdict(OFF, 32)  # options.MAX_BLOCK_SIZE: no block is ever larger
+    assert exact32.verify_plan("auto").chunk is None
+    assert exact32.verify_plan("fast").mode == "exact"  # whole blocks are exact anyway
     seven = KernelVerdict(OFF, 7)
-    plan = seven.verify_plan("auto", 16)
+    plan = seven.verify_plan("auto")
     assert (plan.mode, plan.chunk) == ("exact", 7) and "chunks of 7" in plan.reason
-    fast = seven.verify_plan("fast", 16)
+    fast = seven.verify_plan("fast")
     assert (fast.mode, fast.chunk) == ("fast", None) and "from B=8" in fast.reason
-    assert seven.verify_plan("auto", 7).chunk is None  # the engine never verifies more than 7
+    assert KernelVerdict(OFF, 20).verify_plan("auto").chunk == 20  # 20 < 32: still chunked
     two = KernelVerdict(OFF, 2)
-    assert two.verify_plan("auto", 16).mode == "fast"  # chunks of 2 would cost the gain
-    assert two.verify_plan("exact", 16).chunk == 2
-    assert KernelVerdict(ON, None).verify_plan("exact", 16).mode == "fast"
+    assert two.verify_plan("auto").mode == "fast"  # chunks of 2 would cost the gain
+    assert two.verify_plan("exact").chunk == 2
+    assert KernelVerdict(ON, None).verify_plan("exact").mode == "fast"
     with pytest.raises(ValueError):
-        seven.verify_plan("fastest", 16)
+        seven.verify_plan("fastest")
+
+
+def test_the_verify_plan_covers_every_block_size_the_settings_allow():
+    """A fixed --block-size may reach options.MAX_BLOCK_SIZE (32) while the chooser stops at
+    Engine.max_block (16): with batched rows exact up to B=20, a block of 32 must still be
+    verified in chunks of 20, not in one decode that the stats would call exact."""
+    from engine.engine import Engine
+    from engine.events import GenerationSettings
+    from engine.options import DEFAULT_MAX_BLOCK, MAX_BLOCK_SIZE
+
+    GenerationSettings(block_size=MAX_BLOCK_SIZE)  # the settings allow it
+    eng = Engine.__new__(Engine)  # no model: only the verify plan is under test
+    eng.kernels, eng.max_block = KernelVerdict(OFF, 20), DEFAULT_MAX_BLOCK
+    eng.set_verify_mode("auto")
+    assert (eng.verify.mode, eng.verify.chunk) == ("exact", 20)
 
 
 def test_verdict_round_trips_through_json():
