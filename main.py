@@ -8,15 +8,15 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--cli"]:
-        from engine.cli import main as cli_main
+        from engine.commands.cli import main as cli_main
 
         return cli_main(argv[1:])
     if argv[:1] == ["--self-test"]:
-        from engine.selftest import run_self_test
+        from engine.commands.selftest import run_self_test
 
         return run_self_test(argv[1:])
-    if argv[:1] == ["--kernel-check"]:  # the child engine.kernels starts (frozen app)
-        from engine.kernel_probe import main as kernel_check
+    if argv[:1] == ["--kernel-check"]:  # the child engine.llama.kernels starts (frozen app)
+        from engine.bench.kernel_probe import main as kernel_check
 
         return kernel_check(argv[1:])
     if argv[:1] in (["-h"], ["--help"]):

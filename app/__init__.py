@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.metadata
 
-APP_NAME = "HyFlashChat"  # platformdirs folder name, shared with engine.downloads
 APP_DISPLAY_NAME = "HyFlash Chat"
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from app.settings import BACKENDS
-from engine.backends import DISPLAY, choose, probe
-from engine.catalog import default_target_id
-from engine.drafter_spec import hyflash_status as engine_hyflash_status
+from engine.drafters.spec import hyflash_status as engine_hyflash_status
+from engine.llama.backends import DISPLAY, choose, probe
+from engine.models.catalog import default_target_id
 
 
 def hyflash_status(model_id: str | None) -> tuple[bool, str]:

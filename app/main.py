@@ -6,7 +6,8 @@ import argparse
 import sys
 from dataclasses import replace
 
-from app import APP_DISPLAY_NAME, APP_NAME, app_version
+from app import APP_DISPLAY_NAME, app_version
+from engine.paths import APP_NAME
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

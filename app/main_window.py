@@ -408,7 +408,7 @@ class MainWindow(QMainWindow):
 
     def open_model_manager(self):
         from app.model_manager import ModelManager
-        from engine.backends import probe
+        from engine.llama.backends import probe
 
         current = self.engine_link.info.model_id if self.engine_link.info else self.settings.model
         dialog = ModelManager(current, probe().ram_bytes, self)

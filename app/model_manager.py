@@ -24,10 +24,10 @@ from PySide6.QtWidgets import (
 
 from app.speedup_dialog import SpeedupDialog
 from app.speedup_job import unfinished_job
-from engine.catalog import CatalogEntry, load_catalog
-from engine.drafter_spec import hyflash_status
+from engine.drafters.spec import hyflash_status
 from engine.events import EngineError
-from engine.models import resolve_target
+from engine.models.catalog import CatalogEntry, load_catalog
+from engine.models.resolve import resolve_target
 from engine.units import format_size
 
 PROGRESS_INTERVAL_S = 0.1
@@ -37,11 +37,11 @@ def is_available(entry: CatalogEntry) -> bool:
     """Installed (Hub: downloaded and verified; PyPI: the package is present; PyPI parts:
     every part package is present, unpacked on first use)."""
     if entry.source.get("kind") == "hub":
-        from engine.downloads import is_installed
+        from engine.models.downloads import is_installed
 
         return is_installed(entry)
     if entry.source.get("kind") == "pypi-parts":
-        from engine.pypi_models import parts_installed
+        from engine.models.pypi_parts import parts_installed
 
         return parts_installed(entry.source)
     try:
@@ -58,8 +58,8 @@ class DownloadWorker(QObject):
 
     @Slot(object, object)
     def download(self, entry: CatalogEntry, cancel: threading.Event) -> None:
-        from engine.download_errors import DownloadCancelled
-        from engine.downloads import download_model
+        from engine.models.download_errors import DownloadCancelled
+        from engine.models.downloads import download_model
 
         last = 0.0
 
@@ -111,7 +111,7 @@ class _Row:
         here), or n-gram lookup. True for HyFlash."""
         path = None
         if installed and self.entry.source.get("kind") == "hub":
-            from engine.downloads import cached_model_path
+            from engine.models.downloads import cached_model_path
 
             # a trained drafter is pinned to its GGUF's sha256; the catalog pins it for the
             # packaged models but not for every Hub file, so the file itself is the key there
@@ -260,7 +260,7 @@ class ModelManager(QDialog):
             row.status.setText("Cancelling…")
 
     def delete(self, model_id: str) -> None:
-        from engine.downloads import delete_model
+        from engine.models.downloads import delete_model
 
         row = self.rows[model_id]
         if model_id == self.current:

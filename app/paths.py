@@ -1,4 +1,5 @@
-"""Where the app keeps its settings and chats; env overrides let tests use temporary dirs."""
+"""The app's settings and chat folders (decided in engine.paths), made on first use, and
+setting damaged files aside."""
 
 from __future__ import annotations
 
@@ -6,24 +7,20 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-import platformdirs
-
-from app import APP_NAME
-from engine import user_drafters
-
-CONFIG_ENV = "HYFLASH_CONFIG_DIR"
+from engine import paths
 
 
 def config_dir() -> Path:
-    env = os.environ.get(CONFIG_ENV)
-    path = Path(env).expanduser() if env else Path(platformdirs.user_config_dir(APP_NAME, False))
+    """The app's settings folder ($HYFLASH_CONFIG_DIR), made on first use."""
+    path = paths.config_dir()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def data_dir() -> Path:
-    """The engine's data folder ($HYFLASH_DATA_DIR): chats live beside installed drafters."""
-    path = user_drafters.data_dir()
+    """The engine's data folder ($HYFLASH_DATA_DIR), made on first use: chats live beside
+    installed drafters."""
+    path = paths.data_dir()
     path.mkdir(parents=True, exist_ok=True)
     return path
 

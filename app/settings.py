@@ -13,10 +13,10 @@ from pathlib import Path
 
 from app.paths import config_dir, move_aside
 from engine.atomic_files import write_json
-from engine.backends import BACKEND_NAMES
 from engine.drafters import DRAFTER_CHOICES
 from engine.events import DEFAULT_N_CTX, GenerationSettings
-from engine.machine_probe import usable_cores
+from engine.llama.backends import BACKEND_NAMES
+from engine.llama.machine_probe import usable_cores
 from engine.options import DEFAULT_DRAFTER, EXTRA_BUFTS, OPTION, VERIFY_MODES, defaults
 
 SETTINGS_FILE = "settings.json"

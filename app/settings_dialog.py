@@ -31,7 +31,7 @@ from app.settings import (
     auto_threads,
     needs_reload,
 )
-from engine.backends import DISPLAY as BACKEND_DISPLAY
+from engine.llama.backends import DISPLAY as BACKEND_DISPLAY
 from engine.options import EXTRA_BUFTS, OPTION, VERIFY_MODES
 
 BACKEND_LABELS = {"auto": "Auto", **BACKEND_DISPLAY}

@@ -34,7 +34,7 @@ from app.speedup_job import (
     train_extra_missing,
     unfinished_job,
 )
-from engine.hyflash.speedup_plan import BLOCK
+from engine.speedup.plan import BLOCK
 from engine.units import format_size
 
 STAGE_NAMES = {

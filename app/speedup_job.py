@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from PySide6.QtCore import (
     QCoreApplication,
@@ -22,8 +21,9 @@ from PySide6.QtCore import (
     Signal,
 )
 
-from engine.hyflash.speedup_job import Job, speedup_root
-from engine.hyflash.speedup_plan import BUDGETS, missing_train_extra
+from engine.paths import REPO
+from engine.speedup.job import Job, speedup_root
+from engine.speedup.plan import BUDGETS, missing_train_extra
 
 USER_BUDGETS = tuple(b for b in BUDGETS if b != "tiny")  # tiny is the tests' smoke run
 STOP_GRACE_MS = 30_000  # a clean stop finishes the step in flight and saves its state
@@ -162,7 +162,7 @@ def train_extra_missing() -> str | None:
     missing = missing_train_extra()
     if not missing:
         return None
-    root = Path(__file__).resolve().parent.parent
+    root = REPO
     how = (
         f"python3 bootstrap.py install train (in {root})"
         if (root / "bootstrap.py").exists()
@@ -193,7 +193,16 @@ def unfinished_job(model_id: str) -> str | None:
 
 def speedup_argv(model: str, budget: str, plan_only: bool = False) -> list[str]:
     """The child's command line: this Python running the engine's CLI."""
-    argv = [sys.executable, "-m", "engine.cli", "speedup", "--model", model, "--budget", budget]
+    argv = [
+        sys.executable,
+        "-m",
+        "engine.commands.cli",
+        "speedup",
+        "--model",
+        model,
+        "--budget",
+        budget,
+    ]
     return argv + ["--json", "--plan-only"] if plan_only else argv + ["--json"]
 
 

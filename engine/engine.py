@@ -7,18 +7,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from engine.backends import BackendChoice, choose, probe
-from engine.blocksize import (
+from engine.decoding.blocksize import (
     DEFAULT_MAX_BLOCK,
     MAX_BLOCK_SIZE,
     BlockSizeChooser,
     CostModel,
     profile_costs,
 )
-from engine.chat_template import ChatTemplate
-from engine.drafter_spec import drafter_folder, parse_drafter_spec
-from engine.drafters import NgramDrafter, NoDrafter
-from engine.drafters.base import Drafter
+from engine.decoding.drafter_protocol import Drafter
+from engine.decoding.speculative import generate_tokens
+from engine.drafters import NoDrafter
+from engine.drafters.make import make_drafter
 from engine.events import (
     DEFAULT_N_CTX,
     DrafterMismatchError,
@@ -28,34 +27,12 @@ from engine.events import (
     Event,
     GenerationSettings,
 )
-from engine.kernels import decide, requested_verify_mode
-from engine.models import resolve_target
+from engine.llama.backends import choose, probe
+from engine.llama.chat_template import ChatTemplate
+from engine.llama.kernels import decide, requested_verify_mode
+from engine.llama.target import LlamaTarget, default_threads
+from engine.models.resolve import resolve_target
 from engine.options import FALLBACK_DRAFTER
-from engine.speculative import generate_tokens
-from engine.target import LlamaTarget, default_threads
-
-
-def make_drafter(
-    spec: str, model_id: str, target: LlamaTarget, backend: BackendChoice | None = None
-) -> Drafter:
-    """The drafter a spec names (engine.drafter_spec) for this target; one that does not fit
-    it, or a spec that names none, raises DrafterMismatchError."""
-    parsed = parse_drafter_spec(spec)
-    if parsed.name == "none":
-        drafter: Drafter = NoDrafter()
-    elif parsed.name == "ngram":
-        drafter = NgramDrafter()
-    else:
-        path = drafter_folder(parsed, model_id, target.path)
-        from engine.drafters.hyflash import HyFlashDrafter  # onnxruntime only when used
-
-        providers = list(backend.drafter_providers) if backend else None
-        drafter = HyFlashDrafter.load(path, target, providers=providers, weights=parsed.weights)
-    if parsed.hybrid:
-        from engine.drafters.hybrid import HybridDrafter
-
-        return HybridDrafter(drafter)
-    return drafter
 
 
 class Engine:
@@ -64,6 +41,7 @@ class Engine:
         model: str | Path | None = None,
         *,
         drafter: str = FALLBACK_DRAFTER,  # why not the surfaces' "hyflash": engine.options
+        fallback: str | None = None,
         n_ctx: int = DEFAULT_N_CTX,
         n_threads: int | None = None,
         backend: str | None = None,
@@ -73,11 +51,13 @@ class Engine:
         extra_bufts: bool | None = None,
         verify_mode: str | None = None,
     ) -> None:
-        """Load the target (and time this machine's verify cost unless profile=False); a
-        drafter that does not fit the target raises DrafterMismatchError, nothing stays loaded.
+        """Load the target (and time this machine's verify cost unless profile=False), then
+        its drafter: one that does not fit the target raises DrafterMismatchError and nothing
+        stays loaded, unless `fallback` names the drafter to take instead (drafter_note then
+        says why, in a line for the user; set_drafter).
         `progress` receives short status lines while loading. extra_bufts forces llama.cpp's
         extra buffer types on or off (None: the kernel check decides); verify_mode is auto,
-        exact or fast (None: $HYFLASH_VERIFY, else auto); see engine.kernels."""
+        exact or fast (None: $HYFLASH_VERIFY, else auto); see engine.llama.kernels."""
         report = progress or (lambda message: None)
         report("finding the model")
         self.model_id, self.model_path = resolve_target(model)
@@ -104,7 +84,7 @@ class Engine:
         self.verify = self.kernels.verify_plan(requested_mode)
         if profile:
             report("timing this machine's verify cost")
-        self.cost = CostModel(profile_costs(self._timed_decode)) if profile else None
+        self.cost = CostModel(profile_costs(self.timed_decode)) if profile else None
         self.drafter: Drafter = NoDrafter()
         self.chooser: BlockSizeChooser | None = None
         # one chooser per drafter, kept across switches: what it learnt about that drafter's
@@ -112,7 +92,7 @@ class Engine:
         self._choosers: dict[str, BlockSizeChooser] = {}
         report(f"loading the {drafter} drafter")
         try:
-            self.set_drafter(drafter)
+            self.drafter_note = self.set_drafter(drafter, fallback)
         except BaseException:
             self.target.close()
             raise
@@ -121,7 +101,7 @@ class Engine:
     # ----- configuration --------------------------------------------------------------------
 
     def set_verify_mode(self, mode: str) -> None:
-        """auto | exact | fast, without reloading (engine.kernels.VerifyPlan)."""
+        """auto | exact | fast, without reloading (engine.llama.kernels.VerifyPlan)."""
         self.verify = self.kernels.verify_plan(requested_verify_mode(mode))
 
     def set_drafter(self, spec: str, fallback: str | None = None) -> str | None:
@@ -130,14 +110,16 @@ class Engine:
         and the return value says why, in a line for the user (None: `spec` is in use). This
         is how the CLI, the server and the app fall back: the model is loaded and timed once,
         with no drafter, and only the drafter is swapped."""
+        note = None
         try:
-            self._use(make_drafter(spec, self.model_id, self.target, self.backend))
+            drafter = make_drafter(spec, self.model_id, self.target, self.backend)
         except DrafterMismatchError as exc:
             if fallback is None or fallback == spec:
                 raise
-            self._use(make_drafter(fallback, self.model_id, self.target, self.backend))
-            return f"{exc} Using the {fallback} drafter instead."
-        return None
+            drafter = make_drafter(fallback, self.model_id, self.target, self.backend)
+            note = f"{exc} Using the {fallback} drafter instead."
+        self._use(drafter)
+        return note
 
     def _use(self, drafter: Drafter) -> None:
         self.drafter = drafter
@@ -179,7 +161,7 @@ class Engine:
             verify_reason=self.verify.reason,
         )
 
-    def _timed_decode(self, n: int) -> None:
+    def timed_decode(self, n: int) -> None:
         # the cost of verifying n tokens as the loop does: in chunks where exactness needs them
         start = self.target.n_past
         step = self.verify.chunk or n

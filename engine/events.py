@@ -62,7 +62,9 @@ class StepStats:
     draft_ms: float
     verify_ms: float
     block_size_mode: str  # "auto" or "fixed"
-    verify_mode: str = "exact"  # "exact" (rows equal single decodes) or "fast" (engine.kernels)
+    verify_mode: str = (
+        "exact"  # "exact" (rows equal single decodes) or "fast" (engine.llama.kernels)
+    )
     verify_chunk: int = 0  # most rows per target decode when verifying; 0 = whole blocks
 
     def to_dict(self) -> dict:

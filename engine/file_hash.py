@@ -1,32 +1,47 @@
-"""A file's sha256, read once per process: models and their drafters' pins are checked by
-content, and a model is gigabytes."""
+"""A file's sha256, read once per machine: models and their drafters' pins are checked by
+content, and a model is gigabytes. Digests are remembered per (path, size, mtime) in-process
+and on disk (cache_root()/file-hashes.json), so a later process costs nothing either."""
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
 
-_SHA_CACHE: dict[tuple[str, int, int], str] = {}
+from engine.atomic_files import read_json, write_json
+from engine.paths import cache_root
+
+_SHA_CACHE: dict[str, str] = {}
 
 
-def _stamp(path: Path) -> tuple[str, int, int]:
+def _stamp(path: Path) -> str:
     st = path.stat()
-    return str(path), st.st_size, st.st_mtime_ns
+    return f"{path}|{st.st_size}|{st.st_mtime_ns}"
+
+
+def _record() -> Path:
+    return cache_root() / "file-hashes.json"
 
 
 def file_sha256(path: str | Path, chunk_bytes: int = 1 << 22) -> str:
-    """sha256 of a (multi-GB) file read in chunks; cached per (path, size, mtime) in-process."""
-    key = _stamp(Path(path).resolve())
-    if key not in _SHA_CACHE:
+    """sha256 of a (multi-GB) file read in chunks, unless this unchanged file was hashed
+    before on this machine."""
+    path = Path(path).resolve()
+    key = _stamp(path)
+    if key in _SHA_CACHE:
+        return _SHA_CACHE[key]
+    known = read_json(_record()) or {}
+    digest = known.get(key)
+    if not isinstance(digest, str):
         h = hashlib.sha256()
-        with open(key[0], "rb") as f:
+        with open(path, "rb") as f:
             while block := f.read(chunk_bytes):
                 h.update(block)
-        _SHA_CACHE[key] = h.hexdigest()
-    return _SHA_CACHE[key]
-
-
-def remember_sha256(path: str | Path, digest: str) -> None:
-    """Record a digest known from elsewhere (a record kept on disk), so file_sha256 of the
-    same unchanged file costs nothing."""
-    _SHA_CACHE[_stamp(Path(path).resolve())] = digest
+        digest = h.hexdigest()
+        known[key] = digest
+        try:
+            _record().parent.mkdir(parents=True, exist_ok=True)
+            write_json(_record(), known)
+        except OSError:
+            pass  # a read-only cache costs a re-read next time, nothing else
+    _SHA_CACHE[key] = digest
+    return digest

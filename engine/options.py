@@ -1,7 +1,8 @@
 """The generation options, in one table: name, type, range, default and help, and what each
 surface starts from when its user says nothing. GenerationSettings (engine.events) checks its
-values against these rows; the CLI's flags (engine.engine_args), the server's request fields
-(engine.server.protocol) and the app's settings and dialog (app.settings) are built from them.
+values against these rows; the CLI's flags (engine.commands.engine_args), the server's request
+fields (engine.server.protocol) and the app's settings and dialog (app.settings) are built from
+them.
 Standard library only: every surface imports it without loading llama.cpp.
 
 Why the surfaces' defaults differ:
@@ -32,7 +33,7 @@ DEFAULT_DRAFTER = "hyflash"  # what the CLI, the server and the app ask for
 FALLBACK_DRAFTER = "ngram"  # needs no files and fits every model
 COMPLETIONS_MAX_TOKENS = 16  # the server's max tokens for /v1/completions (OpenAI's)
 # llama.cpp's extra buffer types (auto: the kernel check decides) and how verified blocks are
-# split for exactness (engine.kernels), as the CLI, the app and the environment name them.
+# split for exactness (engine.llama.kernels), as the CLI, the app and the environment name them.
 EXTRA_BUFTS = ("auto", "on", "off")
 VERIFY_MODES = ("auto", "exact", "fast")
 

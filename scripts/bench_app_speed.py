@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := set(kinds) - set(KIND_MAX_TOKENS):
         p.error(f"unknown answer kinds: {', '.join(sorted(unknown))}")
 
-    from engine.machine_probe import usable_cores
+    from engine.llama.machine_probe import usable_cores
 
     cores = usable_cores()  # `taskset -c 0` measures a 1-core machine
     counts = [int(t) for t in args.threads.split(",")] if args.threads else [*range(1, cores + 1)]
@@ -184,10 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     from app.worker import EngineConfig, EngineHost
     from engine.bench.app_tables import app_speed_table
     from engine.bench.prompts import CHAT_PROMPTS
+    from engine.bench.provenance import provenance
     from engine.bench.speed import machine_info, run_once
     from engine.engine import Engine
-    from engine.provenance import provenance
-    from engine.target import default_threads
+    from engine.llama.target import default_threads
 
     default_emit, default_stats = worker.EMIT_INTERVAL_S, worker.STATS_INTERVAL_S
     qapp = QApplication.instance() or QApplication([])

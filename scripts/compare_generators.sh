@@ -20,7 +20,7 @@ head -n "$answers" "$corpus" > "$out/llama-answers.jsonl"
 # (resumable: a rerun keeps what it has), then keeps only the prompts both sides answered
 limit=$(.venv/bin/python - "$out/llama-answers.jsonl" <<'EOF'
 import json, sys
-from engine.corpora import train_prompts
+from engine.bench.corpora import train_prompts
 order = {p.key: i for i, p in enumerate(train_prompts())}
 print(1 + max(order[json.loads(line)["key"]] for line in open(sys.argv[1])))
 EOF
@@ -44,7 +44,7 @@ EOF
 # the bf16 arm only where bf16 is native: emulated (AVX2), a bf16 matmul is ~90x slower than fp32
 runs=(llama torch)
 walk=(--drafter "llama.cpp answers=$out/llama-drafter" --drafter "torch answers=$out/torch-drafter")
-if .venv/bin/python -c "import sys; from engine.hyflash.torch_target import native_bf16
+if .venv/bin/python -c "import sys; from engine.training.torch_target import native_bf16
 sys.exit(not native_bf16('cpu'))"; then
     runs+=(llama-bf16)
     walk+=(--drafter "llama.cpp answers, bf16 steps=$out/llama-bf16-drafter")

@@ -3,7 +3,7 @@
 # steps. The shipped drafter is `scripts/qwen_drafter.sh`'s standard budget: the corpus's first
 # 600 answers plus the first 400 labelled ShareGPT conversations (the corpus held 400 when it
 # ran), block 16, 1,000 steps, validation every 100. BUDGET names another of `hyflash speedup
-# --budget`'s budgets (engine/hyflash/speedup_plan.py's BUDGETS; thorough: 2,400 / 1,000 /
+# --budget`'s budgets (engine/speedup/plan.py's BUDGETS; thorough: 2,400 / 1,000 /
 # 3,000 / 250). Variants:
 #   full      full attention over every entry (DFlash-style), no memory
 #   vocab8k   the shipped recipe with an 8,192-id draft vocabulary (shipped: 16,384)
@@ -35,7 +35,7 @@ M=qwen2.5-coder-0.5b-instruct
 D=$root/data/distill/$M
 hf=$root/.venv/bin/hyflash
 # the budget's numbers come from the speedup plan's table, so the baselines match its drafters
-budget=$("$root/.venv/bin/python" -c "from engine.hyflash.speedup_plan import BUDGETS
+budget=$("$root/.venv/bin/python" -c "from engine.speedup.plan import BUDGETS
 b = BUDGETS['${BUDGET:-standard}']
 print(b.answers, b.conversations, b.steps, b.eval_every)")
 read -r answers conversations steps every <<<"$budget"

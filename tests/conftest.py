@@ -11,7 +11,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 @pytest.fixture(scope="session")
 def model_path():
-    from engine.models import resolve_target
+    from engine.models.resolve import resolve_target
 
     return resolve_target(None)[1]
 
@@ -37,7 +37,7 @@ def gemma_path():
     """Gemma-3-270M Q4_K_M (the catalog's gemma-3-270m: PyPI chunk packages, installed by
     bootstrap.py dev, unpacked into the model cache): a K-quant target, whose CPU kernels are
     not batch-invariant at every row count."""
-    from engine.models import resolve_target
+    from engine.models.resolve import resolve_target
 
     return resolve_target("gemma-3-270m")[1]
 

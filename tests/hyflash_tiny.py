@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.drafters.hyflash_shared import DrafterConfig
-from engine.hyflash.model import HyFlashModel
+from engine.drafters.hyflash_card import DrafterConfig
+from engine.training.model import HyFlashModel
 
 V, E = 97, 16  # tiny target: vocabulary, hidden size
 

@@ -14,7 +14,7 @@ from engine.events import (
     ModelLoadError,
     StepStats,
 )
-from engine.models import resolve_target
+from engine.models.resolve import resolve_target
 
 
 def events(engine, prompt, **kw):

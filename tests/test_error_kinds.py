@@ -4,18 +4,16 @@ the server answers each with its own status."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 from engine.events import ERROR_KINDS, ErrorEvent
+from engine.paths import REPO
 from engine.server.protocol import engine_error
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _kinds_used() -> set[str]:
     """Constant kinds given to ErrorEvent(...) and to the app worker's error signal."""
     used = set()
-    for path in [*ROOT.joinpath("engine").rglob("*.py"), *ROOT.joinpath("app").rglob("*.py")]:
+    for path in [*REPO.joinpath("engine").rglob("*.py"), *REPO.joinpath("app").rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not isinstance(node, ast.Call):
                 continue

@@ -13,9 +13,9 @@ from test_server import chat, model_id, post_json, runner, served  # noqa: F401 
 
 from engine.events import GenerationSettings, ModelFileError, ModelLoadError, SettingError
 from engine.options import MAX_BLOCK_SIZE
+from engine.paths import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "engine.cli"]
+CLI = [sys.executable, "-m", "engine.commands.cli"]
 
 BAD = {
     "block size 0": ({"block_size": 0}, "block_size", "block size must be 'auto' or 1..32, not 0"),
@@ -67,7 +67,7 @@ def test_good_settings_pass():
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300, cwd=REPO)
 
 
 def one_error_line(out: subprocess.CompletedProcess) -> str:
@@ -203,7 +203,7 @@ def test_app_load_names_a_damaged_file(qtbot, truncated, kernel_cache):
 def test_kernel_child_reports_a_kind_and_one_line(truncated, kernel_cache):
     """The child itself (run directly): a file llama.cpp will not load comes back as kind
     "load" and one line, whatever the configuration."""
-    from engine import kernels
+    from engine.llama import kernels
 
     result = kernels.run_check(truncated, kernels.KernelConfig(False), n_threads=1)
     assert result.outcome == "fails" and result.kind == "load"
@@ -213,7 +213,8 @@ def test_kernel_child_reports_a_kind_and_one_line(truncated, kernel_cache):
 def test_a_file_no_configuration_loads_is_blamed_on_the_file(truncated, kernel_cache, monkeypatch):
     """Past the header check (skipped here), the children's "load" failures make one line
     about the file, not "cannot run on this machine"."""
-    from engine import kernels, models
+    from engine.llama import kernels
+    from engine.models import resolve as models
 
     monkeypatch.setattr(models, "check_gguf_data", lambda path: None)
     with pytest.raises(ModelLoadError) as caught:

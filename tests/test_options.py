@@ -6,13 +6,12 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import fields
-from pathlib import Path
 
 import pytest
 
 from app.settings import AppSettings, validate
-from engine.cli import build_parser
-from engine.engine_args import generation_settings
+from engine.commands.cli import build_parser
+from engine.commands.engine_args import generation_settings
 from engine.events import EngineError, GenerationSettings, SettingError
 from engine.options import (
     COMPLETIONS_MAX_TOKENS,
@@ -25,11 +24,11 @@ from engine.options import (
     VERIFY_MODES,
     defaults,
 )
+from engine.paths import REPO
 from engine.server.errors import APIError
 from engine.server.protocol import ChatRequest, CompletionRequest
 from engine.server.protocol import generation_settings as request_settings
 
-ROOT = Path(__file__).resolve().parent.parent
 # One value outside each option's range (what GenerationSettings refuses).
 OUT_OF_RANGE = {
     "block_size": MAX_BLOCK_SIZE + 1,
@@ -65,11 +64,11 @@ def test_cli_defaults_types_and_help_are_the_table_s():
     )
     assert (typed.block_size, typed.top_k, typed.top_p) == (4, 7, 0.5)
     help_text = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "generate", "--help"],
+        [sys.executable, "-m", "engine.commands.cli", "generate", "--help"],
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=ROOT,
+        cwd=REPO,
     ).stdout
     flat = " ".join(help_text.split())  # argparse wraps lines
     for option in OPTIONS:
@@ -181,7 +180,7 @@ def test_app_refuses_with_the_table_s_line_and_its_own_limit(name):
 
 def test_kernel_choices_are_defined_once():
     from app import settings_dialog
-    from engine import kernels
+    from engine.llama import kernels
 
     assert kernels.VERIFY_MODES is VERIFY_MODES and settings_dialog.VERIFY_MODES is VERIFY_MODES
     assert settings_dialog.EXTRA_BUFTS is EXTRA_BUFTS

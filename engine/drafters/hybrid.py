@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engine.drafters.base import Draft, Drafter
+from engine.decoding.drafter_protocol import Draft, Drafter
 from engine.drafters.ngram import NgramDrafter
 
 

@@ -22,9 +22,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from engine.backends import CPU_EP, create_session
-from engine.drafters.base import Draft
-from engine.drafters.hyflash_shared import (
+from engine.decoding.drafter_protocol import Draft
+from engine.drafters.hyflash_card import (
     CARD,
     CARD_FORMAT,
     CARD_VERSION,
@@ -32,12 +31,13 @@ from engine.drafters.hyflash_shared import (
     OBSERVE_ONNX,
     PROPOSE_ONNX,
     DrafterConfig,
-    EmbeddingRows,
-    NgramIndex,
     draft_memory_bytes,
 )
+from engine.drafters.ngram_index import NgramIndex
 from engine.events import DrafterMismatchError
 from engine.file_hash import file_sha256
+from engine.llama.backends import CPU_EP, create_session
+from engine.llama.gguf_file import EmbeddingRows
 
 # ----- confidence buckets for the block-size chooser ------------------------------------
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engine.drafters.base import Draft
-from engine.drafters.hyflash_shared import NgramIndex
+from engine.decoding.drafter_protocol import Draft
+from engine.drafters.ngram_index import NgramIndex
 
 
 class NgramDrafter:

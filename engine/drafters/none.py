@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engine.drafters.base import Draft
+from engine.decoding.drafter_protocol import Draft
 
 
 class NoDrafter:

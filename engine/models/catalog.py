@@ -1,0 +1,41 @@
+"""The catalog of target models (resources/catalog.json): what each id is and where it comes
+from. Plain data: resolving an id to a file (engine.models.resolve) and downloading one
+(engine.models.downloads) both build on it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.paths import resources_dir
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    id: str
+    name: str
+    source: dict
+    size_bytes: int = 0
+    license: str = ""
+    context_length: int = 0
+    ram_gb: float = 0.0
+    drafter: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def load_catalog(path: Path | None = None) -> dict[str, CatalogEntry]:
+    data = json.loads((path or resources_dir() / "catalog.json").read_text(encoding="utf-8"))
+    known = set(CatalogEntry.__dataclass_fields__) - {"extra"}
+    entries = {}
+    for raw in data["targets"]:
+        fields = {k: v for k, v in raw.items() if k in known}
+        extra = {k: v for k, v in raw.items() if k not in known}
+        entries[raw["id"]] = CatalogEntry(**fields, extra=extra)
+    return entries
+
+
+def default_target_id() -> str:
+    return json.loads((resources_dir() / "catalog.json").read_text(encoding="utf-8"))[
+        "default_target"
+    ]
