@@ -1,9 +1,13 @@
 """Conversations and messages in SQLite (WAL) under the user data dir, and the format of the
 stats record stored with each answer.
 
-Every write commits at once (autocommit), so a finished or stopped answer is on disk the
-moment it is saved. A database that cannot be opened or fails its integrity check is moved
-aside with a timestamp and a fresh one is started; `recovery_message` says so.
+Every change commits at once, a change of several rows in one transaction, so a finished or
+stopped answer is on disk the moment it is saved. Only real damage (SQLite's CORRUPT or
+NOTADB, or a failed integrity check) moves a database aside, with a timestamp, for a fresh
+one. A database that is busy waits for it (another app window, a backup); one that cannot be
+used now (locked too long, read-only, a full disk, an I/O error) or was written by a newer
+version is left as it is, and the chats of this session are kept in memory. Either way
+`recovery_message` says what happened, for the person.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,7 +28,18 @@ if TYPE_CHECKING:
     from engine.events import EngineInfo, Finished
 
 DB_FILE = "chats.sqlite3"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # PRAGMA user_version; 0 is a file this app has just created
+BUSY_TIMEOUT_S = 10.0  # how long a locked database is waited for before it is left alone
+_DAMAGE = ("SQLITE_CORRUPT", "SQLITE_NOTADB")  # the only errors that mean the file is damaged
+_WHY_UNUSABLE = {
+    "SQLITE_BUSY": "another program or HyFlash Chat window holds it locked",
+    "SQLITE_LOCKED": "another program or HyFlash Chat window holds it locked",
+    "SQLITE_READONLY": "its folder or file is read-only",
+    "SQLITE_PERM": "its folder or file may not be written",
+    "SQLITE_CANTOPEN": "its folder cannot be written",
+    "SQLITE_FULL": "the disk is full",
+    "SQLITE_IOERR": "the disk reported an error",
+}
 DEFAULT_TITLE = "New chat"
 TITLE_CHARS = 48  # a new chat is named after the start of its first message
 
@@ -48,6 +65,14 @@ CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation_id
 
 class StorageError(Exception):
     """A database problem, with a message meant for the user."""
+
+
+class _Damaged(Exception):
+    """The file is not a sound SQLite database (a failed integrity check)."""
+
+
+class _Unusable(Exception):
+    """The file is sound but cannot be used by this version now; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -76,29 +101,52 @@ class Storage:
         self._conn: sqlite3.Connection | None = None
         try:
             self._conn = self._open()
-        except sqlite3.DatabaseError as exc:
+        except _Damaged as exc:
             self._recover(exc)
+        except _Unusable as exc:
+            self._in_memory(str(exc), copy=False)
+        except sqlite3.DatabaseError as exc:
+            if getattr(exc, "sqlite_errorname", "").startswith(_DAMAGE):
+                self._recover(exc)
+            else:
+                self._in_memory(_unusable(self.path, exc), copy=True)
 
     # ----- opening and recovery ---------------------------------------------------------------
 
     def _open(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, isolation_level=None)
+        conn = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
         try:
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
-                raise sqlite3.DatabaseError(f"could not switch to WAL mode (got {mode})")
+                raise _Unusable(f"{self.path} cannot be shared safely (journal mode {mode})")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across app crashes
             check = conn.execute("PRAGMA quick_check").fetchone()[0]
             if check != "ok":
-                raise sqlite3.DatabaseError(f"integrity check failed: {check}")
-            conn.executescript(_SCHEMA)
-            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        except sqlite3.DatabaseError:
+                raise _Damaged(f"integrity check failed: {check}")
+            self._check_schema(conn)
+            with _transaction(conn):  # may it be written? (read-only, or locked too long)
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except BaseException:
             conn.close()
             raise
         return conn
+
+    def _check_schema(self, conn: sqlite3.Connection) -> None:
+        """Create the tables in a new file; refuse one a newer version wrote (its tables may
+        mean something this version would break)."""
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise _Unusable(
+                f"The chats in {self.path} were saved by a newer HyFlash Chat (database "
+                f"version {version}; this one reads version {SCHEMA_VERSION}): update the app "
+                "to see them."
+            )
+        if version < SCHEMA_VERSION:
+            with _transaction(conn):
+                _create_tables(conn)
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def _recover(self, exc: Exception) -> None:
         """Move the damaged file (and its WAL/SHM companions) aside and start a fresh one."""
@@ -115,9 +163,27 @@ class Storage:
                 f"The chat database is damaged and cannot be moved: {move_exc}"
             ) from exc
         self._conn = self._open()
-        where = f"It was moved to {moved.name}" if moved else "It was removed"
+        where = f"It was moved to {moved}" if moved else "It was removed"
         self.recovery_message = (
             f"The chat database was damaged ({exc}). {where}, and a new, empty one was started."
+        )
+
+    def _in_memory(self, why: str, copy: bool) -> None:
+        """Keep this session's chats in memory, starting from a copy of the file's where it
+        can be read (`copy`), and leave the file on disk as it is."""
+        conn = sqlite3.connect(":memory:", isolation_level=None)
+        try:
+            if copy and self.path.exists():
+                uri = self.path.resolve().as_uri() + "?mode=ro"
+                with closing(sqlite3.connect(uri, uri=True, timeout=1.0)) as disk:
+                    disk.backup(conn)
+        except sqlite3.Error:
+            pass  # unreadable too: this session starts empty
+        conn.execute("PRAGMA foreign_keys=ON")
+        _create_tables(conn)
+        self._conn = conn
+        self.recovery_message = (
+            f"{why} Chats of this session are kept in memory only; nothing on disk was changed."
         )
 
     def close(self) -> None:
@@ -133,6 +199,18 @@ class Storage:
 
     def journal_mode(self) -> str:
         return str(self.conn.execute("PRAGMA journal_mode").fetchone()[0])
+
+    @contextmanager
+    def _changes(self) -> Iterator[None]:
+        """The changes made inside land together or not at all (nested: the outermost)."""
+        if self.conn.in_transaction:
+            yield
+            return
+        try:
+            with _transaction(self.conn):
+                yield
+        except sqlite3.Error as exc:
+            raise StorageError(f"Saving chats failed: {exc}") from exc
 
     def _run(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
         try:
@@ -189,12 +267,13 @@ class Storage:
     # ----- messages ---------------------------------------------------------------------------
 
     def add_message(self, conv_id: int, role: str, content: str, stats: dict | None = None) -> int:
-        cur = self._run(
-            "INSERT INTO messages (conversation_id, role, content, stats_json, created_at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (conv_id, role, content, json.dumps(stats) if stats else None, time.time()),
-        )
-        self._touch(conv_id)
+        with self._changes():
+            cur = self._run(
+                "INSERT INTO messages (conversation_id, role, content, stats_json, created_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (conv_id, role, content, json.dumps(stats) if stats else None, time.time()),
+            )
+            self._touch(conv_id)
         return int(cur.lastrowid)
 
     def messages(self, conv_id: int) -> list[Message]:
@@ -230,17 +309,44 @@ class Storage:
         message `replaces` with everything after it dropped (edit and resend). A chat still
         called DEFAULT_TITLE is named after the message: returns that title, else None."""
         conv = self.conversation(conv_id)
-        if replaces is not None:
-            self.update_message(replaces, text)
-            self.delete_messages_after(conv_id, replaces)
-        else:
-            self.add_message(conv_id, "user", text)
-        if conv is None or conv.title != DEFAULT_TITLE:
-            return None
-        first = text.splitlines()[0]
-        title = first[:TITLE_CHARS] + ("…" if len(first) > TITLE_CHARS else "")
-        self.rename_conversation(conv_id, title)
+        title = None
+        if conv is not None and conv.title == DEFAULT_TITLE:
+            first = text.splitlines()[0]
+            title = first[:TITLE_CHARS] + ("…" if len(first) > TITLE_CHARS else "")
+        with self._changes():
+            if replaces is not None:
+                self.update_message(replaces, text)
+                self.delete_messages_after(conv_id, replaces)
+            else:
+                self.add_message(conv_id, "user", text)
+            if title is not None:
+                self.rename_conversation(conv_id, title)
         return title
+
+
+def _unusable(path: Path, exc: sqlite3.DatabaseError) -> str:
+    name = getattr(exc, "sqlite_errorname", "")
+    why = next((w for code, w in _WHY_UNUSABLE.items() if name.startswith(code)), None)
+    return f"The chat database {path} cannot be used now ({exc}{'; ' + why if why else ''})."
+
+
+def _create_tables(conn: sqlite3.Connection) -> None:
+    for statement in _SCHEMA.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+@contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """One transaction: every statement in it lands, or none does."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:  # SQLite itself rolls back on some errors (a full disk)
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def _stats(raw: str | None) -> dict | None:
