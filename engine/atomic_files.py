@@ -1,6 +1,7 @@
 """Files written whole or not at all: the new content goes to a temporary file beside the
-target, which is then renamed over it (atomic on one file system), so a crash or a reader in
-another process never sees half a file."""
+target, flushed to the disk, then renamed over it (atomic on one file system) and the rename
+itself flushed, so neither a crash, a power cut nor a reader in another process ever sees half
+a file."""
 
 from __future__ import annotations
 
@@ -16,10 +17,24 @@ def write_atomically(path: Path, write: Callable[[Path], object], *, suffix: str
     tmp = path.with_name(f"{path.name}.{os.getpid()}{suffix}")
     try:
         write(tmp)
+        with open(tmp, "rb+") as f:  # the content on the disk before the name points at it
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    _sync_folder(path.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make a rename in `folder` durable (POSIX; Windows commits renames itself)."""
+    if os.name != "posix":
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_json(path: Path, data: dict, *, indent: int | None = 1) -> None:

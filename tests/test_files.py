@@ -68,3 +68,22 @@ def test_a_digest_is_remembered_across_processes_for_the_unchanged_file_only(
     record.write_text("{ damaged", encoding="utf-8")
     monkeypatch.setattr(file_hash, "_SHA_CACHE", {})
     assert file_sha256(path) == hashlib.sha256(b"other weights").hexdigest()
+
+
+def test_a_file_and_its_rename_reach_the_disk_before_write_atomically_returns(
+    tmp_path, monkeypatch
+) -> None:
+    """What a power cut would test: the content is flushed before the rename, the folder
+    (which holds the rename) after it."""
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    path = tmp_path / "state.json"
+    write_json(path, {"stages": {}})
+    assert synced[0].startswith(str(tmp_path / "state.json.")) and synced[0].endswith(".tmp")
+    assert synced[-1] == str(tmp_path) and read_json(path) == {"stages": {}}

@@ -165,6 +165,8 @@ def _run(args: argparse.Namespace, reporter) -> int:
     corpus = Path(args.corpus).expanduser().resolve() if args.corpus else folder / "corpus"
     job = Job(folder, corpus, budget)
     job.check_owner(sha)
+    if job.notice:
+        reporter.notice(job.notice)
     with model_lock(sha, folder):
         plan = {"model": model_id, "gguf": str(gguf), "gguf_sha256": sha}
         calib, choice, plan_s = _plan(args, reporter, job, shape, plan)

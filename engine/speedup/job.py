@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from engine.atomic_files import write_json
+from engine.atomic_files import read_json, write_json
 from engine.paths import data_dir
 from engine.speedup.plan import Budget, Corpus, SpeedupError
 
@@ -43,20 +43,30 @@ class Job:
         self.drafter_dir = self.budget_dir / "drafter"
         self.state_path = self.budget_dir / "state.json"
         self.stages: dict[str, dict] = {}
+        self.notice: str | None = None  # one line for the person when a file was unreadable
         if self.state_path.exists():
-            self.stages = json.loads(self.state_path.read_text(encoding="utf-8"))["stages"]
+            state = read_json(self.state_path)
+            if state is not None and isinstance(state.get("stages"), dict):
+                self.stages = state["stages"]
+            else:
+                self.notice = (
+                    f"{self.state_path} is unreadable (cut short?): every stage is checked "
+                    "again, each resuming from its own files"
+                )
 
     def check_owner(self, sha: str) -> None:
         """Refuse a folder that holds another GGUF's job, or anything but a job."""
         info = self.dir / "job.json"
-        if info.exists():
-            owner = json.loads(info.read_text(encoding="utf-8"))
+        owner = read_json(info)
+        if owner is not None:
             if owner.get("gguf_sha256") != sha:
                 raise SpeedupError(
                     "bad_job",
                     f"{self.dir} holds the speed-up job of another model ({owner.get('gguf')}, "
                     f"sha256 {str(owner.get('gguf_sha256'))[:12]}...): choose another --out.",
                 )
+        elif info.exists():
+            pass  # cut short: a job folder still (create() writes it again)
         elif self.dir.is_dir() and any(self.dir.iterdir()):
             raise SpeedupError(
                 "bad_job",
@@ -66,7 +76,7 @@ class Job:
     def create(self, model_id: str, gguf: Path, sha: str) -> None:
         self.budget_dir.mkdir(parents=True, exist_ok=True)
         info = self.dir / "job.json"
-        if not info.exists():
+        if read_json(info) is None:  # new, or cut short: this model's job from now on
             write_json(info, {"model": model_id, "gguf": str(gguf), "gguf_sha256": sha}, indent=2)
 
     def corpus(self) -> Corpus:

@@ -11,6 +11,7 @@ The JSON protocol (app/speedup_job.py parses it):
   {"event": "result", "drafter_dir", "tau", "ngram_tau", "installed", "reason",
    "stage_seconds", "expected_speedup": float | null}
   {"event": "error", "message", "kind"}
+  {"event": "notice", "message"}  (something the person should know; the job goes on)
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class JsonReporter:
 
     def plan(self, plan: dict) -> None:
         self.emit({"event": "plan", **plan})
+
+    def notice(self, message: str) -> None:
+        self.emit({"event": "notice", "message": message})
 
     def stage(self, name: str, status: str, seconds: float = 0.0) -> None:
         self.emit({"event": "stage", "stage": name, "status": status, "seconds": seconds})
@@ -156,6 +160,9 @@ class TerminalReporter:
         )
         self._say(("installed: " if result["installed"] else "not installed: ") + result["reason"])
         self._say(f"drafter: {result['drafter_dir']}")
+
+    def notice(self, message: str) -> None:
+        self._say(f"note: {message}")
 
     def error(self, message: str, kind: str) -> None:
         self._close_bar()

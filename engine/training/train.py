@@ -194,14 +194,23 @@ def save_checkpoint(path: Path, model, opt, step: int, history: list[dict]) -> N
 
 
 def _resume(ckpt: Path, model: HyFlashModel, opt, log) -> tuple[int, list[dict]]:
-    """(step, history) of out_dir/checkpoint.pt loaded into model and opt; (0, []) fresh."""
-    if not ckpt.exists():
-        return 0, []
-    state = torch.load(ckpt, map_location="cpu", weights_only=True)
-    model.load_state_dict(state["model"])
-    opt.load_state_dict(state["opt"])
-    log(f"resumed from step {state['step']}")
-    return state["step"], state["history"]
+    """(step, history) of the run's last readable checkpoint (checkpoint.pt, else best.pt)
+    loaded into model and opt; (0, []) fresh. One cut short (a full disk, a copy) is passed
+    over with one line, never a reason to stop."""
+    for path in (ckpt, ckpt.with_name("best.pt")):
+        if not path.exists():
+            continue
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except (RuntimeError, EOFError) as exc:  # cut short; a pickle that would run code is
+            # not among these: weights_only refuses it, and that stops the run
+            log(f"{path.name} is unreadable ({type(exc).__name__}): passed over")
+            continue
+        model.load_state_dict(state["model"])  # another drafter's weights: an error, loudly
+        opt.load_state_dict(state["opt"])
+        log(f"resumed from step {state['step']}" + ("" if path == ckpt else f" ({path.name})"))
+        return state["step"], state["history"]
+    return 0, []
 
 
 def _step_batch(train_data: Sequences, tcfg: TrainConfig, step: int) -> dict:

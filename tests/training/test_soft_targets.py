@@ -3,6 +3,8 @@ is interrupted and resumed ending where an uninterrupted one ends."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -267,3 +269,32 @@ def test_a_checkpoint_that_would_run_code_is_refused(tmp_path):
     with pytest.raises(pickle.UnpicklingError):
         train(model, _tiny_corpus(), None, TrainConfig(steps=1), tmp_path, show_progress=False)
     assert not marker.exists()
+
+
+def test_a_checkpoint_cut_short_is_passed_over_for_the_last_good_one(tmp_path):
+    """checkpoint.pt truncated (a full disk, a copy): the rerun says so in one line, resumes
+    from best.pt's step and finishes the run, where it used to fail on every rerun."""
+    tcfg = TrainConfig(
+        steps=10, batch_seqs=4, anchors_per_seq=4, lr=3e-3, warmup=1, ckpt_every=5, eval_every=5
+    )
+    data = _tiny_corpus()
+    val = Sequences(data.tokens[:2], data.features[:2], data.prompt_lens[:2], data.labels[:2])
+    train(tiny_model(tiny_config()).train(), data, val, tcfg, tmp_path, show_progress=False)
+    best_step = torch.load(tmp_path / "best.pt", weights_only=True)["step"]
+    ckpt = tmp_path / "checkpoint.pt"
+    ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])
+    logs = []
+    longer = dataclasses.replace(tcfg, steps=12)
+    history = train(
+        tiny_model(tiny_config()).train(),
+        data,
+        val,
+        longer,
+        tmp_path,
+        show_progress=False,
+        log=logs.append,
+    )
+    assert logs[0].startswith("checkpoint.pt is unreadable")
+    assert logs[1] == f"resumed from step {best_step} (best.pt)"
+    assert history[-1]["step"] == 12
+    assert torch.load(ckpt, weights_only=True)["step"] == 12
