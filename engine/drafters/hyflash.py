@@ -154,6 +154,12 @@ class HyFlashDrafter:
         self._propose_outputs = [o.name for o in self._propose.get_outputs()]
         self._observe_outputs = [o.name for o in self._observe.get_outputs()]
         self.draft_ids = np.load(folder / DRAFT_VOCAB).astype(np.int64)
+        ids = self.draft_ids
+        if ids.ndim != 1 or not ids.size or ids.min() < 0 or ids.max() >= embed.vocab_size:
+            raise DrafterMismatchError(
+                f"{folder / DRAFT_VOCAB} names token ids outside the target's vocabulary "
+                f"(0..{embed.vocab_size - 1}): the drafter is damaged or not for this model"
+            )
         self._sorted_order = np.argsort(self.draft_ids)
         self._sorted_draft_ids = self.draft_ids[self._sorted_order]
         self.embed = embed
@@ -198,7 +204,13 @@ class HyFlashDrafter:
         card_path = folder / CARD
         if not card_path.exists():
             raise DrafterMismatchError(f"{folder} is not a HyFlash drafter folder (no {CARD})")
-        card = json.loads(card_path.read_text(encoding="utf-8"))
+        try:
+            card = json.loads(card_path.read_text(encoding="utf-8"))
+            DrafterConfig.from_dict(card["config"])  # checks its own values
+            if not isinstance(card.get("target", {}), dict):
+                raise ValueError("its target is not an object")
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise DrafterMismatchError(f"{card_path} is damaged ({exc})") from None
         if card.get("format") != CARD_FORMAT or int(card.get("format_version", 0)) > CARD_VERSION:
             raise DrafterMismatchError(
                 f"{folder} holds a drafter of format {card.get('format')!r} version "

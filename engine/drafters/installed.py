@@ -11,6 +11,7 @@ hashing a 2.5 GB model on every load would take seconds.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -21,6 +22,8 @@ from engine.drafters.hyflash_card import CARD, CARD_FORMAT
 from engine.events import DrafterMismatchError
 from engine.file_hash import file_sha256
 from engine.paths import drafters_dir
+
+log = logging.getLogger(__name__)
 
 
 def slug(text: str) -> str:
@@ -57,37 +60,60 @@ def read_card(folder: Path) -> dict:
 
 
 def _pinned(card: dict) -> str:
-    return str((card.get("target") or {}).get("gguf_sha256") or "")
+    target = card.get("target") or {}
+    return str(target.get("gguf_sha256") or "") if isinstance(target, dict) else ""
 
 
 def installed_drafters() -> list[InstalledDrafter]:
-    """Drafters in the user's folder, newest first (folders being installed are skipped)."""
+    """Drafters in the user's folder, newest first. Folders being installed are passed over;
+    a folder whose card does not read is passed over with one warning line naming it (on
+    stderr for the CLI and the server), so one bad card never stops the others."""
     root = drafters_dir()
     found = []
     for folder in root.iterdir() if root.is_dir() else []:
         if folder.name.startswith(".") or not folder.is_dir():
             continue
         try:
-            card = read_card(folder)
-        except DrafterMismatchError:
-            continue
+            found.append((folder.stat().st_mtime, _installed(folder)))
+        except DrafterMismatchError as exc:
+            _warn_once(folder / CARD, str(exc))
+    return [d for _, d in sorted(found, key=lambda x: x[0], reverse=True)]
+
+
+def _installed(folder: Path) -> InstalledDrafter:
+    card = read_card(folder)
+    try:
         target = card.get("target") or {}
         check = card.get("validation") or {}
-        found.append(
-            (
-                folder.stat().st_mtime,
-                InstalledDrafter(
-                    name=str(card.get("name", folder.name)),
-                    path=str(folder),
-                    target_sha256=_pinned(card),
-                    target_name=str(target.get("name", "")),
-                    target_file_size=int(target.get("file_size") or 0),
-                    tau=check.get("tau"),
-                    ngram_tau=check.get("ngram_tau"),
-                ),
-            )
+        return InstalledDrafter(
+            name=str(card.get("name", folder.name)),
+            path=str(folder),
+            target_sha256=_pinned(card),
+            target_name=str(target.get("name", "")),
+            target_file_size=int(target.get("file_size") or 0),
+            tau=_number(check.get("tau")),
+            ngram_tau=_number(check.get("ngram_tau")),
         )
-    return [d for _, d in sorted(found, key=lambda x: x[0], reverse=True)]
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise DrafterMismatchError(f"{folder / CARD} has a bad value ({exc})") from None
+
+
+def _number(value) -> float | None:
+    return None if value is None else float(value)
+
+
+_warned: set[tuple[str, int]] = set()
+
+
+def _warn_once(card: Path, why: str) -> None:
+    """One line per bad card and version of it, not one per lookup."""
+    try:
+        key = (str(card), card.stat().st_mtime_ns)
+    except OSError:
+        key = (str(card), 0)
+    if key not in _warned:
+        _warned.add(key)
+        log.warning("skipped the drafter in %s: %s", card.parent, why)
 
 
 def find_drafter(*, sha256: str | None = None, gguf: str | Path | None = None) -> Path | None:
