@@ -1,6 +1,7 @@
 """One settings contract (issue 40): GenerationSettings checks itself when made, and every
-surface (CLI, server, app) shows its one-line message; a damaged model file is named as such
-before any kernel check, in one line with no traceback, by every entry point."""
+surface (CLI, server: tests/server/test_settings_errors.py, app) shows its one-line message;
+a damaged model file is named as such before any kernel check, in one line with no
+traceback, by every entry point."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_server import chat, model_id, post_json, runner, served  # noqa: F401 - fixtures
 
 from engine.events import GenerationSettings, ModelFileError, ModelLoadError, SettingError
 from engine.options import MAX_BLOCK_SIZE
@@ -96,30 +96,6 @@ def test_cli_shows_the_settings_message(option, value, says):
 def test_serve_shows_the_block_size_message():
     line = one_error_line(run_cli("serve", "--port", "0", "--block-size", "0"))
     assert "block size must be 'auto' or 1..32, not 0" in line
-
-
-SERVER_BAD = {
-    "block size 0": ({"hyflash": {"block_size": 0}}, "hyflash.block_size", {"block_size": 0}),
-    "block size '4'": ({"hyflash": {"block_size": "4"}}, "hyflash.block_size", {"block_size": "4"}),
-    "temperature -1": ({"temperature": -1}, "temperature", {"temperature": -1.0}),
-    "top_p 5": ({"top_p": 5}, "top_p", {"top_p": 5.0}),
-    "max_tokens 0": ({"max_tokens": 0}, "max_tokens", {"max_tokens": 0}),
-}
-
-
-@pytest.mark.parametrize("case", list(SERVER_BAD), ids=list(SERVER_BAD))
-def test_server_answers_400_with_the_settings_message(request, case):
-    url, _ = request.getfixturevalue("served")
-    extra, param, setting = SERVER_BAD[case]
-    body = chat(request.getfixturevalue("model_id"), **extra)
-    status, _, reply = post_json(url, "/v1/chat/completions", body)
-    assert status == 400, reply
-    error = reply["error"]
-    code = "invalid_block_size" if param == "hyflash.block_size" else "invalid_value"
-    assert (error["code"], error["param"], error["type"]) == (code, param, "invalid_request_error")
-    with pytest.raises(ValueError) as caught:
-        GenerationSettings(**setting)
-    assert error["message"] == f"{param}: {caught.value}"  # the same words, not a second check
 
 
 # ----- damaged model files ----------------------------------------------------------------
@@ -220,3 +196,11 @@ def test_a_file_no_configuration_loads_is_blamed_on_the_file(truncated, kernel_c
     with pytest.raises(ModelLoadError) as caught:
         kernels.decide(truncated, n_threads=1)
     assert_names_damage(str(caught.value), truncated)
+
+
+def test_block_size_validation():
+    assert GenerationSettings(block_size="auto").fixed_block is None
+    assert GenerationSettings(block_size=4).fixed_block == 4
+    for bad in (0, 1000, "x", -1):
+        with pytest.raises(ValueError, match="block size"):
+            GenerationSettings(block_size=bad)

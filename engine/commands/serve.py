@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from engine.commands.engine_args import add_engine_args, load_engine
 from engine.events import GenerationSettings
@@ -12,6 +14,7 @@ from engine.server.config import ServerConfig
 from engine.server.jobs import DEFAULT_MAX_WAITING, EngineThread
 
 _DEFAULTS = ServerConfig()
+API_KEY_ENV = "HYFLASH_API_KEY"
 _BLOCK = OPTION["block_size"]
 
 
@@ -32,7 +35,23 @@ def add_parser(sub) -> None:
         default=_DEFAULTS.port,
         help=f"port (default: {_DEFAULTS.port}; 0: any free)",
     )
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help=f"require 'Authorization: Bearer KEY' (visible to `ps`: prefer --api-key-file or "
+        f"${API_KEY_ENV})",
+    )
+    p.add_argument(
+        "--api-key-file", default=None, metavar="FILE", help="the API key, read from this file"
+    )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests addressed to this host name (besides loopback's and the "
+        "bound address; a request for any other name is refused: DNS rebinding)",
+    )
     p.add_argument(
         "--cors", action="append", default=[], metavar="ORIGIN", help="allow this browser origin"
     )
@@ -56,13 +75,30 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_serve)
 
 
+def api_key_of(args: argparse.Namespace) -> str | None:
+    """--api-key, else the first line of --api-key-file, else $HYFLASH_API_KEY; None: none."""
+    if args.api_key:
+        return args.api_key
+    if args.api_key_file:
+        try:
+            lines = Path(args.api_key_file).expanduser().read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise ValueError(f"cannot read the API key file: {exc}") from None
+        key = lines[0].strip() if lines else ""
+        if not key:
+            raise ValueError(f"the API key file {args.api_key_file} is empty")
+        return key
+    return os.environ.get(API_KEY_ENV) or None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     # FastAPI and uvicorn load only when serving: `hyflash` builds this parser for every command
     from engine.server.app import create_app
     from engine.server.http import LocalServer, check_bind
 
     try:
-        check_bind(args.host, args.api_key)
+        api_key = api_key_of(args)
+        check_bind(args.host, api_key)
         GenerationSettings(block_size=args.block_size)  # its message when the size is bad
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -70,7 +106,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = ServerConfig(
         host=args.host,
         port=args.port,
-        api_key=args.api_key,
+        api_key=api_key,
+        allowed_hosts=tuple(args.allow_host),
         cors_origins=tuple(args.cors),
         max_body_bytes=args.max_body_bytes,
         block_size=args.block_size,

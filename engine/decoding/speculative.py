@@ -11,7 +11,6 @@ is.
 
 from __future__ import annotations
 
-import codecs
 import secrets
 import threading
 import time
@@ -30,6 +29,7 @@ from engine.decoding.sampling import (
     warp_probs,
 )
 from engine.decoding.target_protocol import Target
+from engine.decoding.text_stream import TextStream
 from engine.events import (
     ErrorEvent,
     Event,
@@ -38,41 +38,6 @@ from engine.events import (
     StepStats,
     TextDelta,
 )
-
-
-class _TextStream:
-    """Bytes -> text, UTF-8 safe across token boundaries, holding back a possible stop string."""
-
-    def __init__(self, stop: Sequence[str]) -> None:
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.stop = [s for s in stop if s]
-        self.text = ""  # all text decoded so far
-        self.emitted = 0  # chars of self.text already handed out
-        self.stopped = False
-
-    def feed(self, data: bytes, final: bool = False) -> str:
-        if self.stopped:
-            return ""
-        self.text += self.decoder.decode(data, final)
-        limit = len(self.text)
-        for s in self.stop:
-            idx = self.text.find(s, max(0, self.emitted - len(s)))
-            if idx != -1:
-                self.text = self.text[:idx]
-                self.stopped = True
-                limit = idx
-                break
-        if not self.stopped and not final:
-            # do not emit a tail that could be the start of a stop string
-            for s in self.stop:
-                for n in range(min(len(s) - 1, len(self.text)), 0, -1):
-                    if self.text.endswith(s[:n]):
-                        limit = min(limit, len(self.text) - n)
-                        break
-        limit = max(limit, self.emitted)
-        out = self.text[self.emitted : limit]
-        self.emitted = limit
-        return out
 
 
 def _position_rng(seed: int, position: int, stream: int = 0) -> np.random.Generator:
@@ -259,7 +224,7 @@ class _Emitter:
 
     def __init__(self, target: Target, settings: GenerationSettings) -> None:
         self.target, self.settings = target, settings
-        self.text = _TextStream(settings.stop)
+        self.text = TextStream(settings.stop)
         self.generated: list[int] = []
         self.stop_reason = "length"
         self.finished = False

@@ -32,7 +32,13 @@ from engine.server.jobs import (
     QueueClosedError,
     QueueFullError,
 )
-from engine.server.middleware import BearerAuth, BodyLimit, RequestLog, RequestLogger
+from engine.server.middleware import (
+    BearerAuth,
+    BodyLimit,
+    HostAllowList,
+    RequestLog,
+    RequestLogger,
+)
 from engine.server.protocol import (
     FINISH_REASONS,
     ChatRequest,
@@ -121,6 +127,9 @@ def _middleware(config: ServerConfig, log: Callable[[RequestLog], None] | None) 
                 allow_headers=["authorization", "content-type"],
             )
         )
+    names = config.host_names()
+    if names is not None:
+        middleware.append(Middleware(HostAllowList, names=names))
     if config.api_key:
         middleware.append(Middleware(BearerAuth, api_key=config.api_key))
     middleware.append(Middleware(BodyLimit, max_bytes=config.max_body_bytes))
@@ -196,7 +205,7 @@ async def chat_completions(body: ChatRequest, request: Request) -> Response:
     server = _server(request)
     current = server.check_model(body.model)
     prompt = chat_messages(body)
-    settings = generation_settings(body, current.n_ctx, server.config.block_size)
+    settings = generation_settings(body, current.n_ctx, server.config.block_size, current.n_ctx)
     reply = Reply(True, current.model_id)
     return await _serve(server, request, body, reply, prompt, False, settings)
 
@@ -205,7 +214,9 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     server = _server(request)
     current = server.check_model(body.model)
     prompt = completion_prompt(body)
-    settings = generation_settings(body, COMPLETIONS_MAX_TOKENS, server.config.block_size)
+    settings = generation_settings(
+        body, COMPLETIONS_MAX_TOKENS, server.config.block_size, current.n_ctx
+    )
     reply = Reply(False, current.model_id)
     return await _serve(server, request, body, reply, prompt, True, settings)
 

@@ -26,7 +26,7 @@ def check_bind(host: str, api_key: str | None) -> None:
     if not is_loopback(host) and not api_key:
         raise ValueError(
             f"serving on {host} makes the model reachable from other machines: "
-            "set an API key (--api-key) or bind 127.0.0.1"
+            "set an API key (--api-key-file FILE, $HYFLASH_API_KEY or --api-key) or bind 127.0.0.1"
         )
 
 

@@ -1,5 +1,6 @@
-"""ASGI middleware of the server: API key, body size limit, request log. Plain ASGI (not
-route dependencies) so that they run before any body is read and cover unknown paths too."""
+"""ASGI middleware of the server: Host allow-list, API key, body size limit, request log.
+Plain ASGI (not route dependencies) so that they run before any body is read and cover unknown
+paths too."""
 
 from __future__ import annotations
 
@@ -20,6 +21,37 @@ async def _send_error(send: Send, status: int, code: str, message: str, headers=
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": raw + list(headers)})
     await send({"type": "http.response.body", "body": body})
+
+
+def host_name(header: bytes) -> str:
+    """The name of a Host header, lower case, without its port or IPv6 brackets."""
+    text = header.decode("latin-1").strip().lower()
+    if text.startswith("["):  # [::1]:8000
+        return text[1:].split("]", 1)[0]
+    return text.rsplit(":", 1)[0] if text.count(":") == 1 else text
+
+
+class HostAllowList:
+    """Only requests addressed to a served name get through (DNS rebinding: a page whose own
+    name now points at 127.0.0.1 still sends that name); others get 403."""
+
+    def __init__(self, app: ASGIApp, names: frozenset[str]) -> None:
+        self.app = app
+        self.names = names
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            name = host_name(dict(scope["headers"]).get(b"host", b""))
+            if name not in self.names:
+                await _send_error(
+                    send,
+                    403,
+                    "host_not_allowed",
+                    f"this server does not answer requests for the host '{name}' (allowed: "
+                    f"{', '.join(sorted(self.names))}; `hyflash serve --allow-host NAME`)",
+                )
+                return
+        await self.app(scope, receive, send)
 
 
 class BearerAuth:

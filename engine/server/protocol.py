@@ -20,7 +20,9 @@ from engine.options import OPTION
 from engine.server.errors import APIError
 from engine.server.jobs import JobEvent, JobStarted
 
-MAX_STOP_STRINGS = 4
+MAX_STOP_STRINGS = 4  # OpenAI's limit
+MAX_STOP_CHARS = 256  # each; a stop string is a marker, not a document
+RANDOM_SEED = -1  # llama-server's "pick one": the same as no seed
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "context": "length"}
 
@@ -145,25 +147,42 @@ def completion_prompt(req: CompletionRequest) -> str:
 
 
 def generation_settings(
-    req: _Request, default_max_tokens: int, default_block_size: int | str
+    req: _Request, default_max_tokens: int, default_block_size: int | str, n_ctx: int
 ) -> GenerationSettings:
     """Sampling settings; the block size comes from `hyflash.block_size`, else the server's.
-    A value no generation can use is a 400 with GenerationSettings' message."""
+    A value no generation can use is a 400 with GenerationSettings' message, and so is an
+    answer longer than the model's whole context (n_ctx), which no prompt could leave room
+    for."""
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     if len(stop) > MAX_STOP_STRINGS:
         raise APIError(400, "invalid_value", f"at most {MAX_STOP_STRINGS} stop strings", "stop")
+    if any(len(s) > MAX_STOP_CHARS for s in stop):
+        raise APIError(
+            400,
+            "invalid_value",
+            f"a stop string may be at most {MAX_STOP_CHARS} characters",
+            "stop",
+        )
     block = default_block_size
     if req.hyflash and req.hyflash.block_size is not None:
         block = req.hyflash.block_size
     max_tokens, max_tokens_param = req.max_tokens, "max_tokens"
     if getattr(req, "max_completion_tokens", None) is not None:
         max_tokens, max_tokens_param = req.max_completion_tokens, "max_completion_tokens"
+    if isinstance(max_tokens, int) and max_tokens > n_ctx:
+        raise APIError(
+            400,
+            "context_length_exceeded",
+            f"{max_tokens_param}: {max_tokens} tokens do not fit in the model's context of "
+            f"{n_ctx} tokens, with or without a prompt",
+            max_tokens_param,
+        )
     try:
         return GenerationSettings(
             max_tokens=default_max_tokens if max_tokens is None else max_tokens,
             temperature=req.temperature,
             top_p=req.top_p,
-            seed=req.seed,
+            seed=None if req.seed == RANDOM_SEED else req.seed,
             block_size=block,
             stop=[s for s in stop if s],
         )

@@ -5,7 +5,7 @@ every block size; the engine verifies in chunks no larger than the exact B the c
 from __future__ import annotations
 
 import pytest
-from test_lossless import run
+from generated import run
 
 from engine.bench.prompts import CHAT_PROMPTS, RAW_PROMPTS
 from engine.decoding.blocksize import BlockSizeChooser, CostModel

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_lossless import run
+from generated import run
 
 from engine.decoding.blocksize import BlockSizeChooser, CostModel
 from engine.events import DrafterMismatchError, ModelLoadError

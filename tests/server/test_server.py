@@ -15,94 +15,20 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import openai
 import pytest
 from openai import OpenAI
+from server_client import MAX_TOKENS, chat, client, post_json, request, serving
 
 from engine.commands.cli import main as cli_main
 from engine.paths import REPO
-from engine.server.app import create_app
-from engine.server.config import ServerConfig
-from engine.server.http import LocalServer, check_bind
-from engine.server.jobs import EngineThread
-from engine.server.middleware import RequestLog
+from engine.server.http import check_bind
 
 PROMPT = "Name three colours of the rainbow."
 RAW_PROMPT = "def fibonacci(n):"
 LONG_PROMPT = "Write a long story about a lighthouse keeper and a storm, with many details."
-MAX_TOKENS = 24
-
-
-@pytest.fixture(scope="module")
-def engine():
-    """The real embedded model on one thread: the server's threads and the clients' keep the
-    other core (this machine has two)."""
-    from engine.engine import Engine
-
-    eng = Engine(None, drafter="ngram", n_ctx=4096, n_threads=1)
-    yield eng
-    eng.close()
-
-
-@pytest.fixture(scope="module")
-def runner(engine) -> Iterator[EngineThread]:
-    thread = EngineThread(engine)
-    thread.start()
-    yield thread
-    thread.stop()
-
-
-@contextlib.contextmanager
-def serving(runner: EngineThread, **config) -> Iterator[tuple[str, list[RequestLog]]]:
-    """An app on the runner's queue, on a free loopback port: (base URL, its request log)."""
-    logs: list[RequestLog] = []
-    info = runner.engine.info()
-    app = create_app(ServerConfig(**config), runner.jobs, lambda: info, logs.append)
-    server = LocalServer(app, "127.0.0.1", 0)
-    server.start()
-    try:
-        yield server.url, logs
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def served(runner) -> Iterator[tuple[str, list[RequestLog]]]:
-    with serving(runner) as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def model_id(engine) -> str:
-    return engine.model_id
-
-
-def client(url: str, key: str = "unused") -> OpenAI:
-    return OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
-
-
-def request(
-    url: str, method: str, path: str, body: bytes | None = None, headers: dict | None = None
-) -> tuple[int, dict[str, str], bytes]:
-    parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
-    try:
-        conn.request(method, path, body=body, headers=headers or {})
-        resp = conn.getresponse()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-    finally:
-        conn.close()
-
-
-def post_json(url: str, path: str, obj, headers: dict | None = None):
-    body = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
-    status, head, data = request(
-        url, "POST", path, body, {"content-type": "application/json", **(headers or {})}
-    )
-    return status, head, json.loads(data) if data else None
 
 
 def cli_generate(engine, *args: str) -> dict:
@@ -256,15 +182,6 @@ def test_completions_equal_generate_raw(served, model_id, engine):
     # OpenAI's default for /v1/completions is 16 tokens
     r = api.completions.create(model=model_id, prompt=RAW_PROMPT, temperature=0)
     assert r.usage.completion_tokens == 16
-
-
-def chat(model: str, **extra) -> dict:
-    return {
-        "model": model,
-        "messages": [{"role": "user", "content": "Hi"}],
-        "max_tokens": 8,
-        **extra,
-    }
 
 
 BAD_CHAT = {

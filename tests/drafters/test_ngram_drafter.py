@@ -1,12 +1,8 @@
-"""Unit tests of the n-gram drafter and the text stream."""
+"""The n-gram drafter: the continuation of the most recent match, within the draft length."""
 
 from __future__ import annotations
 
-import pytest
-
-from engine.decoding.speculative import _TextStream
 from engine.drafters import NgramDrafter
-from engine.events import GenerationSettings
 
 
 def test_ngram_proposes_continuation_of_most_recent_match():
@@ -35,22 +31,3 @@ def test_ngram_respects_max_tokens():
     d.observe(list(range(10)) + [0, 1])
     assert d.propose(2, 3).tokens.tolist() == [3, 4, 5]
     assert d.propose(2, 0).tokens.size == 0
-
-
-def test_text_stream_is_utf8_safe_and_stops_on_stop_strings():
-    s = _TextStream(["STOP"])
-    emoji = "é🙂".encode()
-    out = s.feed(emoji[:1]) + s.feed(emoji[1:3]) + s.feed(emoji[3:])
-    assert out == "é🙂"
-    out = s.feed(b"abc ST")
-    assert out == "abc "  # "ST" held back: could be the start of STOP
-    out += s.feed(b"OP and more")
-    assert s.stopped and s.text == "é🙂abc " and out == "abc "
-
-
-def test_block_size_validation():
-    assert GenerationSettings(block_size="auto").fixed_block is None
-    assert GenerationSettings(block_size=4).fixed_block == 4
-    for bad in (0, 1000, "x", -1):
-        with pytest.raises(ValueError, match="block size"):
-            GenerationSettings(block_size=bad)
