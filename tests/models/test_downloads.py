@@ -232,6 +232,21 @@ def test_download_verifies_sha256_and_installs(hub: HubStub) -> None:
     assert len(hub.requests) == n  # installed: no network at all
 
 
+def test_a_download_changed_on_disk_is_no_longer_taken_for_it(hub: HubStub) -> None:
+    """The same size, other bytes (a disk error, an edit): seen by its content once its
+    modification time moved, and downloaded again when asked."""
+    e = entry()
+    path = downloads.download_model(e)
+    with open(path, "r+b") as f:
+        f.seek(len(DATA) // 2)
+        f.write(b"\0" * 16)
+    assert not downloads.is_installed(e)
+    with pytest.raises(ModelLoadError, match="not the file that was downloaded.*hyflash download"):
+        downloads.cached_model_path(e)
+    assert downloads.download_model(e).read_bytes() == DATA
+    assert downloads.cached_model_path(e) == path
+
+
 def test_dropped_connection_resumes_with_range(hub: HubStub) -> None:
     hub.drop_after, hub.drops_left = 300_000, 1
     path = downloads.download_model(entry())

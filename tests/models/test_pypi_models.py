@@ -90,3 +90,30 @@ def test_a_disk_that_fills_up_midway_keeps_nothing(tmp_path, monkeypatch, source
     with pytest.raises(ModelLoadError, match="disk filled up.*nothing was kept"):
         assembled_model(source, tmp_path)
     assert not any(assembled_path(source, tmp_path).parent.iterdir())
+
+
+def test_a_model_damaged_after_unpacking_is_unpacked_again(tmp_path, source, caplog):
+    """Cut short, or changed in place at the same size: the next load sees it (by size, and
+    by content once its modification time moved) and unpacks the parts again, with a line."""
+    path = assembled_model(source, tmp_path)
+    good = path.stat().st_size
+    with open(path, "r+b") as f:
+        f.truncate(100)
+    with caplog.at_level("WARNING", logger="engine.models.pypi_parts"):
+        assert assembled_model(source, tmp_path) == path
+    assert path.stat().st_size == good and "unpacking it again" in caplog.text
+    with open(path, "r+b") as f:  # same size, other bytes
+        f.seek(good // 2)
+        f.write(b"\0" * 64)
+    assembled_model(source, tmp_path)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == source["sha256"]
+
+
+def test_a_record_from_before_sizes_were_kept_is_checked_once_and_rewritten(tmp_path, source):
+    path = assembled_model(source, tmp_path)
+    record = path.with_name(path.name + ".sha256")
+    record.write_text(source["sha256"] + "\n", encoding="utf-8")  # the old format
+    written = path.stat().st_mtime_ns
+    assert assembled_model(source, tmp_path) == path and path.stat().st_mtime_ns == written
+    digest, size, mtime = record.read_text().split()
+    assert (digest, int(size), int(mtime)) == (source["sha256"], path.stat().st_size, written)
