@@ -175,19 +175,27 @@ class MainWindow(QMainWindow):
             self.storage.list_conversations(self.sidebar.search.text()), conv_id
         )
 
-    def render_conversation(self) -> None:
+    def render_conversation(self, hide: frozenset[int] = frozenset()) -> None:
+        """The chat's saved messages (but `hide`), and the answer streaming into it."""
         self.chat.clear()
         if self.chats.current is None:
             self._update_regenerate()
             return
         last_record = None
+        active = self.answers.active
+        # the answer streaming here is shown from memory below, in place of the one it
+        # regenerates (kept on disk until the new one is saved)
+        hidden = set(hide) | ({active.message_id, active.replaces} if active is not None else set())
         for m in self.chats.messages(self.chats.current):
+            if m.id in hidden:
+                continue
             runs = expand_runs(m.content, (m.stats or {}).get("runs"))
             widget = self._add_widget(m.role, m.content, m.id, runs)
-            if m.role == "assistant" and m.stats:
+            if m.unfinished:
+                widget.set_status("unfinished")
+            elif m.role == "assistant" and m.stats:
                 widget.set_footer(footer_line(m.stats))
                 last_record = m.stats
-        active = self.answers.active
         if active is not None and active.conv_id == self.chats.current:
             # an answer still streaming into this chat: show it again
             active.widget = self._add_widget("assistant", active.text, None, active.runs)
@@ -251,10 +259,14 @@ class MainWindow(QMainWindow):
         return True
 
     @guarded
-    def _start_answer(self) -> None:
+    def _start_answer(self, replaces: int | None = None) -> None:
         conv_id = self.chats.current
         conv = self.storage.conversation(conv_id)
-        messages = [{"role": m.role, "content": m.content} for m in self.chats.messages(conv_id)]
+        messages = [
+            {"role": m.role, "content": m.content}
+            for m in self.chats.messages(conv_id)
+            if m.id != replaces and m.replaces is None  # not unfinished alternatives either
+        ]
         if conv is not None and conv.system_prompt.strip():
             messages.insert(0, {"role": "system", "content": conv.system_prompt.strip()})
         widget = self._add_widget("assistant", "", None, None)
@@ -264,7 +276,7 @@ class MainWindow(QMainWindow):
             ready = self.engine_link.state == "ready"
             widget.set_status("thinking…" if ready else "waiting for the model…")
         # queued to the worker thread: nothing arrives before this method returns
-        self.answers.start(messages, self.settings, conv_id, widget)
+        self.answers.start(messages, self.settings, conv_id, widget, replaces)
         self.banner.hide()
         self.stats.start_answer()
         self.composer.set_generating(True)
@@ -282,13 +294,13 @@ class MainWindow(QMainWindow):
         messages = self.chats.messages(self.chats.current)
         if not messages:
             return
-        if messages[-1].role == "assistant":
-            self.storage.delete_message(messages[-1].id)
-            if len(messages) < 2:
-                self.render_conversation()
-                return
-        self.render_conversation()
-        self._start_answer()
+        replaces = messages[-1].id if messages[-1].role == "assistant" else None
+        if replaces is not None and len(messages) < 2:
+            return  # an answer to no question
+        self.render_conversation(
+            hide=frozenset({replaces}) if replaces is not None else frozenset()
+        )
+        self._start_answer(replaces)  # the old answer stays on disk until the new one is saved
 
     def edit_message(self, widget: MessageWidget) -> None:
         if self.answers.active is not None or widget.message_id is None:
@@ -323,6 +335,8 @@ class MainWindow(QMainWindow):
         if record is None:  # stopped before the first token: nothing was saved
             if shown:
                 self.chat.remove(a.widget)
+                if a.replaces is not None:
+                    self.render_conversation()  # the old answer is the answer again
             self.status_label.setText("Stopped before the first token.")
         elif shown:
             a.widget.message_id = msg_id
@@ -337,6 +351,8 @@ class MainWindow(QMainWindow):
     def _show_failed_answer(self, a: ActiveAnswer, message: str, kind: ErrorKind) -> None:
         if a.widget in self.chat.messages:
             self.chat.remove(a.widget)
+        if a.conv_id == self.chats.current:
+            self.render_conversation()  # the old answer, or what was written, marked unfinished
         hint = CONTEXT_HINT if kind == "context" else ""
         self.banner.show_message(f"Could not answer: {message}" + (f"\n{hint}" if hint else ""))
         self.stats.finish_answer("error")

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from engine.events import EngineInfo, Finished
 
 DB_FILE = "chats.sqlite3"
-SCHEMA_VERSION = 1  # PRAGMA user_version; 0 is a file this app has just created
+SCHEMA_VERSION = 2  # PRAGMA user_version; 0 is a file this app has just created
 BUSY_TIMEOUT_S = 10.0  # how long a locked database is waited for before it is left alone
 _DAMAGE = ("SQLITE_CORRUPT", "SQLITE_NOTADB")  # the only errors that mean the file is damaged
 _WHY_UNUSABLE = {
@@ -57,10 +57,25 @@ CREATE TABLE IF NOT EXISTS messages (
     role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
     content TEXT NOT NULL,
     stats_json TEXT,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    state TEXT NOT NULL DEFAULT 'done',
+    replaces INTEGER
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation_id, id);
 """
+
+
+# version -> the statements that bring a database of that version to the next one
+_MIGRATIONS = {
+    # answers saved as they stream ('writing' until finished), and regenerated answers that
+    # replace the old one only once they are saved
+    1: (
+        "ALTER TABLE messages ADD COLUMN state TEXT NOT NULL DEFAULT 'done'",
+        "ALTER TABLE messages ADD COLUMN replaces INTEGER",
+    ),
+}
+WRITING = "writing"  # an answer being written, or one a crash or an error left unfinished
+_MESSAGE_COLUMNS = "id, conversation_id, role, content, stats_json, created_at, state, replaces"
 
 
 class StorageError(Exception):
@@ -92,6 +107,12 @@ class Message:
     content: str
     stats: dict | None
     created_at: float
+    state: str = "done"
+    replaces: int | None = None  # the answer this one regenerates (until it is finished)
+
+    @property
+    def unfinished(self) -> bool:
+        return self.state == WRITING
 
 
 class Storage:
@@ -145,7 +166,11 @@ class Storage:
             )
         if version < SCHEMA_VERSION:
             with _transaction(conn):
-                _create_tables(conn)
+                if version == 0:  # a new file: the tables as this version makes them
+                    _create_tables(conn)
+                for old in range(version or SCHEMA_VERSION, SCHEMA_VERSION):
+                    for statement in _MIGRATIONS[old]:
+                        conn.execute(statement)
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def _recover(self, exc: Exception) -> None:
@@ -278,19 +303,46 @@ class Storage:
 
     def messages(self, conv_id: int) -> list[Message]:
         rows = self._run(
-            "SELECT id, conversation_id, role, content, stats_json, created_at FROM messages "
-            "WHERE conversation_id = ? ORDER BY id",
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? ORDER BY id",
             (conv_id,),
         ).fetchall()
-        return [Message(r[0], r[1], r[2], r[3], _stats(r[4]), r[5]) for r in rows]
+        return [_message(r) for r in rows]
 
     def message(self, message_id: int) -> Message | None:
         row = self._run(
-            "SELECT id, conversation_id, role, content, stats_json, created_at FROM messages "
-            "WHERE id = ?",
-            (message_id,),
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ?", (message_id,)
         ).fetchone()
-        return Message(row[0], row[1], row[2], row[3], _stats(row[4]), row[5]) if row else None
+        return _message(row) if row else None
+
+    # ----- an answer, saved as it is written -------------------------------------------------
+
+    def begin_answer(self, conv_id: int, replaces: int | None = None) -> int:
+        """A row for an answer being written (its first text is about to be saved); with
+        `replaces`, the answer it regenerates, which stays until this one is finished."""
+        cur = self._run(
+            "INSERT INTO messages (conversation_id, role, content, created_at, state, replaces) "
+            "VALUES (?, 'assistant', '', ?, ?, ?)",
+            (conv_id, time.time(), WRITING, replaces),
+        )
+        return int(cur.lastrowid)
+
+    def write_partial(self, message_id: int, text: str) -> None:
+        self._run("UPDATE messages SET content = ? WHERE id = ?", (text, message_id))
+
+    def finish_answer(self, message_id: int, text: str, stats: dict | None) -> None:
+        """The answer as finished (or stopped), with its stats, in place of the one it
+        regenerates: both changes land together."""
+        row = self.message(message_id)
+        with self._changes():
+            self._run(
+                "UPDATE messages SET content = ?, stats_json = ?, state = 'done', replaces = NULL "
+                "WHERE id = ?",
+                (text, json.dumps(stats) if stats else None, message_id),
+            )
+            if row is not None and row.replaces is not None:
+                self.delete_message(row.replaces)
+            if row is not None:
+                self._touch(row.conversation_id)
 
     def update_message(self, message_id: int, content: str) -> None:
         self._run("UPDATE messages SET content = ? WHERE id = ?", (content, message_id))
@@ -347,6 +399,10 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
             conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def _message(row: tuple) -> Message:
+    return Message(row[0], row[1], row[2], row[3], _stats(row[4]), row[5], row[6], row[7])
 
 
 def _stats(raw: str | None) -> dict | None:

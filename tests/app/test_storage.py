@@ -221,3 +221,56 @@ def test_two_app_windows_share_one_database_without_losing_a_chat(tmp_path):
     first.close()
     second.close()
     assert _nothing_moved_aside(tmp_path)
+
+
+_VERSION_1 = """
+CREATE TABLE conversations (id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL,
+    system_prompt TEXT NOT NULL DEFAULT '', created_at REAL NOT NULL, updated_at REAL NOT NULL);
+CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL CHECK (role IN ('user', 'assistant')), content TEXT NOT NULL,
+    stats_json TEXT, created_at REAL NOT NULL);
+INSERT INTO conversations VALUES (1, 'Old chat', '', 0, 0);
+INSERT INTO messages VALUES (1, 1, 'user', 'hello', NULL, 0);
+INSERT INTO messages VALUES (2, 1, 'assistant', 'hi there', '{"tokens": 2}', 0);
+PRAGMA user_version=1;
+"""
+
+
+def test_a_version_1_database_is_migrated_with_every_message_kept(tmp_path):
+    path = tmp_path / "chats.sqlite3"
+    with sqlite3.connect(path) as raw:
+        raw.executescript(_VERSION_1)
+    db = Storage(path)
+    assert db.recovery_message is None
+    assert [(m.content, m.state, m.unfinished) for m in db.messages(1)] == [
+        ("hello", "done", False),
+        ("hi there", "done", False),
+    ]
+    assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    db.close()
+
+
+def test_an_answer_saved_as_it_streams_replaces_the_old_one_only_when_finished(tmp_path):
+    db = Storage(tmp_path / "chats.sqlite3")
+    conv = db.create_conversation()
+    db.add_message(conv, "user", "question")
+    old = db.add_message(conv, "assistant", "old answer", {"tokens": 2})
+    new = db.begin_answer(conv, replaces=old)
+    db.write_partial(new, "new ans")
+    # a crash here: both are on disk, the new one unfinished and naming what it replaces
+    again = Storage(tmp_path / "chats.sqlite3")
+    rows = again.messages(conv)
+    assert [(m.content, m.unfinished, m.replaces) for m in rows[1:]] == [
+        ("old answer", False, None),
+        ("new ans", True, old),
+    ]
+    again.close()
+    db.finish_answer(new, "new answer", {"tokens": 3})
+    rows = db.messages(conv)
+    assert [(m.content, m.unfinished, m.replaces) for m in rows] == [
+        ("question", False, None),
+        ("new answer", False, None),
+    ]
+    assert rows[1].stats == {"tokens": 3}
+    db.close()
