@@ -443,11 +443,20 @@ class MainWindow(QMainWindow):
     # ----- local server -----------------------------------------------------------------------
 
     def _build_server(self) -> None:
+        s = self.settings
         link = ServerLink(
-            self.host, self.answers, self.stats, self.banner, self.settings.server_port, self
+            self.host,
+            self.answers,
+            self.stats,
+            self.banner,
+            s.server_port,
+            self,
+            lan=s.server_lan,
+            key=s.server_key,
         )
         self.server, self.server_panel, self.server_label = link.server, link.panel, link.label
         self.server_panel.switchToggled.connect(self.set_server_enabled)
+        self.server_panel.accessChanged.connect(self.set_server_access)
         if self.settings.server_enabled:
             self.set_server_enabled(True, self.settings.server_port)
 
@@ -460,7 +469,8 @@ class MainWindow(QMainWindow):
         """Start (on `port`, else the saved one) or stop the Local server; remembered."""
         if on:
             port = self.settings.server_port if port is None else port
-            if not self.server.start(port, self.settings.block_size):
+            s = self.settings
+            if not self.server.start(port, s.block_size, s.server_lan, s.server_key):
                 return False
             self.settings.server_port = port
         else:
@@ -468,6 +478,12 @@ class MainWindow(QMainWindow):
         self.settings.server_enabled = on
         self._save_settings()
         return True
+
+    def set_server_access(self, lan: bool, key: str) -> None:
+        """Who may use the Local server from its next start: other devices (with `key`) or
+        this computer only; remembered."""
+        self.settings.server_lan, self.settings.server_key = lan, key
+        self._save_settings()
 
     # ----- closing ----------------------------------------------------------------------------
 

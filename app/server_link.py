@@ -23,11 +23,13 @@ class ServerLink(QObject):
         banner: Banner,
         port: int,
         window: QMainWindow,
+        lan: bool = False,
+        key: str = "",
     ) -> None:
         super().__init__(window)
         self.answers, self.stats, self.banner = answers, stats, banner
         self.server = LocalServerController(host, self)
-        self.panel = ServerPanel(port, window)
+        self.panel = ServerPanel(port, window, lan=lan, key=key)
         self.label = QLabel()
         self.label.setVisible(False)
         window.statusBar().addPermanentWidget(self.label)

@@ -63,6 +63,8 @@ class AppSettings:
     show_stats: bool = True
     server_enabled: bool = False  # the Local server (OpenAI-compatible API) runs at start
     server_port: int = 8000  # 0 = any free port
+    server_lan: bool = False  # reachable from other devices: then only with server_key
+    server_key: str = ""  # the API key clients send (Authorization: Bearer); "" = none
 
     def generation_settings(self) -> GenerationSettings:
         return GenerationSettings(**{name: getattr(self, name) for name in GENERATION_FIELDS})
@@ -105,6 +107,8 @@ def _problem(name: str, value: object) -> str | None:
         "show_stats": isinstance(value, bool),
         "server_enabled": isinstance(value, bool),
         "server_port": is_int and 0 <= value <= 65535,
+        "server_lan": isinstance(value, bool),
+        "server_key": isinstance(value, str) and value == value.strip(),
     }
     return None if checks.get(name, False) else f"{value!r} is not allowed"
 

@@ -91,7 +91,7 @@ def test_server_request_defaults_are_the_table_s():
         server["seed"],
     )
     assert chat.max_tokens is None and server["max_tokens"] is None  # the context's room
-    made = request_settings(chat, 4096, server["block_size"])
+    made = request_settings(chat, 4096, server["block_size"], 4096)
     assert (made.temperature, made.top_p, made.max_tokens, made.block_size) == (
         server["temperature"],
         server["top_p"],
@@ -99,7 +99,7 @@ def test_server_request_defaults_are_the_table_s():
         server["block_size"],
     )
     completion = CompletionRequest(model="m", prompt="Hi")
-    assert request_settings(completion, COMPLETIONS_MAX_TOKENS, "auto").max_tokens == 16
+    assert request_settings(completion, COMPLETIONS_MAX_TOKENS, "auto", 4096).max_tokens == 16
 
 
 def test_server_refuses_a_temperature_past_openai_s_limit():
@@ -159,7 +159,7 @@ def test_server_refuses_with_the_table_s_line(name):
     else:
         body[name] = float(bad) if OPTION[name].type is float else bad
     with pytest.raises(APIError) as caught:
-        request_settings(ChatRequest(**body), 4096, "auto")
+        request_settings(ChatRequest(**body), 4096, "auto", 4096)
     assert caught.value.status == 400
     assert caught.value.message.endswith(OPTION[name].problem(body.get(name, bad)))
 

@@ -160,3 +160,35 @@ def test_a_taken_port_is_reported_and_the_switch_stays_off(window):
         assert not window.server.running and not panel.switch.isChecked()
         assert f"port {port}" in window.banner.text()
         assert SettingsStore().load()[0].server_enabled is False
+
+
+def test_opening_the_server_to_the_network_takes_a_key_and_every_request_needs_it(window):
+    panel = window.open_server_panel()
+    assert not panel.lan.isChecked() and panel.key.text() == ""
+    panel.lan.click()  # no key yet: one is made, and remembered with the choice
+    key = panel.key.text()
+    assert key.startswith("hf-") and len(key) > 20
+    saved = SettingsStore().load()[0]
+    assert (saved.server_lan, saved.server_key) == (True, key)
+    panel.switch.click()
+    assert window.server.running and window.server.server.host == "0.0.0.0"
+    for field in (panel.lan, panel.key, panel.port):
+        assert not field.isEnabled()  # the server runs as it was started
+    url = window.server.url
+    assert url.startswith("http://127.0.0.1:") and "open to the network" in panel.url.text()
+    with pytest.raises(openai.AuthenticationError):
+        OpenAI(base_url=url, api_key="wrong", max_retries=0).models.list()
+    models = OpenAI(base_url=url, api_key=key, max_retries=0).models.list()
+    assert [m.id for m in models.data] == [window.engine_link.info.model_id]
+    panel.switch.click()
+    assert not window.server.running
+
+
+def test_the_network_is_never_opened_without_a_key(window):
+    panel = window.open_server_panel()
+    panel.lan.click()
+    panel.key.setText("")
+    panel.key.editingFinished.emit()
+    panel.switch.click()
+    assert not window.server.running and not panel.switch.isChecked()
+    assert "API key" in window.banner.text()
