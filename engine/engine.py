@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from engine.decoding.drafter_protocol import Drafter
 from engine.decoding.speculative import generate_tokens
 from engine.drafters import NoDrafter
 from engine.drafters.make import make_drafter
+from engine.drafters.prediction import PredictionDrafter, prediction_usage
 from engine.events import (
     DEFAULT_N_CTX,
     DrafterMismatchError,
@@ -25,6 +27,7 @@ from engine.events import (
     EngineInfo,
     ErrorEvent,
     Event,
+    Finished,
     GenerationSettings,
 )
 from engine.llama.backends import choose, probe
@@ -187,9 +190,12 @@ class Engine:
         system: str | None = None,
         settings: GenerationSettings | None = None,
         cancel: threading.Event | None = None,
+        prediction: str | None = None,
     ) -> Iterator[Event]:
         """Chat (a user message or a message list) or raw completion of a text; yields events
-        (bad input: one ErrorEvent of kind "input")."""
+        (bad input: one ErrorEvent of kind "input"). `prediction`: the answer the caller
+        expects, drafted from where it matches (engine.drafters.prediction); the answer is the
+        same without it."""
         settings = settings or GenerationSettings()
         if isinstance(prompt, str):
             if not prompt.strip():
@@ -207,23 +213,40 @@ class Engine:
             messages = [{"role": "system", "content": system}, *messages]
         try:
             tokens = self.raw_tokens(prompt) if raw else self.chat_tokens(messages)
+            predicted = self._prediction_tokens(prediction)
         except EngineError as exc:
             yield ErrorEvent(str(exc), kind="input")
             return
+        drafter = PredictionDrafter(self.drafter, predicted) if predicted else self.drafter
         with self._lock:  # one generation at a time on one KV cache
             try:
-                yield from generate_tokens(
+                for event in generate_tokens(
                     self.target,
-                    self.drafter,
+                    drafter,
                     tokens,
                     settings,
                     chooser=self.chooser,
                     cancel=cancel,
                     verify_chunk=self.verify.chunk,
                     verify_mode=self.verify.mode,
-                )
+                ):
+                    if isinstance(event, Finished) and prediction is not None:
+                        counts = prediction_usage(predicted, event.token_ids)
+                        event = dataclasses.replace(event, prediction_tokens=counts)
+                    yield event
             except EngineError as exc:
                 yield ErrorEvent(str(exc))
+
+    def _prediction_tokens(self, prediction: str | None) -> list[int]:
+        if not prediction:
+            return []
+        predicted = self.target.tokenize(prediction, add_special=False, parse_special=False)
+        if len(predicted) > self.target.n_ctx:
+            raise EngineError(
+                f"the prediction is {len(predicted)} tokens, longer than the model's whole "
+                f"context ({self.target.n_ctx} tokens)"
+            )
+        return predicted
 
     def close(self) -> None:
         self.target.close()

@@ -79,6 +79,8 @@ class Finished:
     stats: StepStats | None
     prompt_tokens: int = 0
     elapsed_s: float = 0.0
+    # with a predicted answer: (accepted, rejected) prediction tokens, as OpenAI counts them
+    prediction_tokens: tuple[int, int] | None = None
 
 
 # What an ErrorEvent (and the app worker's error signal) reports, so a surface can answer in

@@ -49,6 +49,7 @@ from engine.server.protocol import (
     completion_prompt,
     engine_error,
     generation_settings,
+    predicted_text,
     requested_drafter,
 )
 
@@ -237,6 +238,7 @@ def _submit(
         stream.sink,
         raw=raw,
         drafter=requested_drafter(body),
+        prediction=predicted_text(body),
         label=f"{request.method} {request.url.path}",
     )
     try:

@@ -48,6 +48,7 @@ class Job:
     sink: Callable[[JobEvent], None]
     raw: bool = False
     drafter: str | None = None  # a drafter for this job only; None: the engine's
+    prediction: str | None = None  # the answer the client expects (drafted from), if any
     label: str = ""  # what asked, for logs ("POST /v1/chat/completions")
     id: int = field(default_factory=lambda: next(_job_ids))
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -146,7 +147,11 @@ def _job_events(engine, job: Job) -> Iterator[JobEvent]:
         with engine.use_drafter(job.drafter):
             yield JobStarted(engine.model_id, engine.drafter.name)
             events = engine.generate(
-                job.prompt, raw=job.raw, settings=job.settings, cancel=job.cancel
+                job.prompt,
+                raw=job.raw,
+                settings=job.settings,
+                cancel=job.cancel,
+                prediction=job.prediction,
             )
             try:
                 yield from events

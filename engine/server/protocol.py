@@ -47,6 +47,13 @@ class StreamOptions(_Strict):
     include_usage: bool = False
 
 
+class Prediction(_Strict):
+    """OpenAI's Predicted Outputs: the answer the caller expects (say, the file to edit)."""
+
+    type: str
+    content: str | list[ContentPart]
+
+
 class HyflashOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     block_size: int | str | None = None
@@ -66,6 +73,7 @@ class _Request(_Strict):
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1)
     hyflash: HyflashOptions | None = None
+    prediction: Prediction | None = None
 
 
 class ChatRequest(_Request):
@@ -194,6 +202,25 @@ def generation_settings(
         raise APIError(400, code, f"{param}: {exc}", param) from None
 
 
+def predicted_text(req: _Request) -> str | None:
+    """The prediction's text, drafted from where the answer matches it; None: none given."""
+    if req.prediction is None:
+        return None
+    if req.prediction.type != "content":
+        raise APIError(
+            400,
+            "invalid_value",
+            f"prediction.type: '{req.prediction.type}' is not 'content'",
+            "prediction.type",
+        )
+    content = req.prediction.content
+    if isinstance(content, str):
+        return content
+    if any(part.type != "text" or part.text is None for part in content):
+        raise _unsupported("prediction.content", "A prediction part other than text")
+    return "".join(part.text for part in content)
+
+
 def requested_drafter(req: _Request) -> str | None:
     """A drafter by name only: a path would let a request make the server read files."""
     name = req.hyflash.drafter if req.hyflash else None
@@ -258,11 +285,18 @@ class Tally:
 
 def usage(fin: Finished) -> dict:
     completion = len(fin.token_ids)
-    return {
+    counts = {
         "prompt_tokens": fin.prompt_tokens,
         "completion_tokens": completion,
         "total_tokens": fin.prompt_tokens + completion,
     }
+    if fin.prediction_tokens is not None:
+        accepted, rejected = fin.prediction_tokens
+        counts["completion_tokens_details"] = {
+            "accepted_prediction_tokens": accepted,
+            "rejected_prediction_tokens": rejected,
+        }
+    return counts
 
 
 class Reply:
