@@ -30,9 +30,10 @@ $hf train --model $M --draft-vocab 8192 --soft-weight 0.5 --causal-slots --copy-
     --out "$name" >>"$name.log" 2>&1
 walk=(--drafter ngram --drafter "HyFlash (shipped)=$root/resources/drafters/hyflash-qwen2.5-coder-0.5b")
 for ckpt in $(tr ',' ' ' <<<"$keep") last; do
-    file=step-$ckpt.pt anchors=$((ckpt * 128))
     if [ "$ckpt" = last ]; then
         file=checkpoint.pt anchors=$((steps * 128))
+    else
+        file=step-$ckpt.pt anchors=$((ckpt * 128))
     fi
     $hf export --model $M --run "$name" --checkpoint "$file" --out "export/$name-$anchors" \
         --name "qwen-curve-$anchors" --quantize int8 --keep-only int8 >>"$name.log" 2>&1
