@@ -189,10 +189,9 @@ def test_kernel_child_reports_a_kind_and_one_line(truncated, kernel_cache):
 def test_a_file_no_configuration_loads_is_blamed_on_the_file(truncated, kernel_cache, monkeypatch):
     """Past the header check (skipped here), the children's "load" failures make one line
     about the file, not "cannot run on this machine"."""
-    from engine.llama import kernels
-    from engine.models import resolve as models
+    from engine.llama import gguf_file, kernels
 
-    monkeypatch.setattr(models, "check_gguf_data", lambda path: None)
+    monkeypatch.setattr(gguf_file, "check_gguf_data", lambda path: None)
     with pytest.raises(ModelLoadError) as caught:
         kernels.decide(truncated, n_threads=1)
     assert_names_damage(str(caught.value), truncated)

@@ -37,6 +37,8 @@ MIN_SPEEDUP = 0.05
 # worth calling every step; before that the Beta prior (0.5 per slot) speaks, and exploration
 # (every EXPLORE_EVERY steps, after full matches) gathers the evidence.
 MIN_EVIDENCE = 4.0
+# P(slot accepted) assumed of a kind of proposal nothing is known about yet.
+BLANK_PRIOR = 0.5
 # One verify time may move the cost model's estimate by at most this factor: a decode that a
 # scheduler hiccup made twice as slow says nothing about the next one.
 COST_CLIP = 1.25
@@ -107,6 +109,7 @@ def profile_costs(
 class _SlotStats:
     accepted: np.ndarray
     trials: np.ndarray
+    prior: float  # P(slot accepted) before any outcome; worth prior_trials outcomes
 
 
 @dataclass
@@ -118,22 +121,34 @@ class _Pending:
 
 @dataclass
 class AcceptanceEstimator:
-    """Per-bucket conditional acceptance rates with a Beta prior and exponential forgetting."""
+    """Per-bucket conditional acceptance rates with a Beta prior and exponential forgetting.
+    The prior is BLANK_PRIOR per slot unless the drafter said better for the bucket (a
+    caller's prediction, say) when it first proposed one."""
 
     max_slots: int = MAX_BLOCK_SIZE - 1
-    prior_accept: float = 1.0
     prior_trials: float = 2.0
     decay: float = 0.98
     buckets: dict[str, _SlotStats] = field(default_factory=dict)
 
-    def _stats(self, bucket: str) -> _SlotStats:
+    def _stats(self, bucket: str, prior: float | None = None) -> _SlotStats:
         if bucket not in self.buckets:
-            self.buckets[bucket] = _SlotStats(np.zeros(self.max_slots), np.zeros(self.max_slots))
+            zeros = np.zeros(self.max_slots)
+            self.buckets[bucket] = _SlotStats(
+                zeros, zeros.copy(), BLANK_PRIOR if prior is None else prior
+            )
         return self.buckets[bucket]
+
+    def declare(self, bucket: str, prior: float | None) -> None:
+        """A bucket's prior, kept from its first proposal on (None: the blank prior)."""
+        self._stats(bucket, prior)
+
+    def has_prior(self, bucket: str) -> bool:
+        s = self.buckets.get(bucket)
+        return s is not None and s.prior != BLANK_PRIOR
 
     def rates(self, bucket: str) -> np.ndarray:
         s = self._stats(bucket)
-        return (s.accepted + self.prior_accept) / (s.trials + self.prior_trials)
+        return (s.accepted + s.prior * self.prior_trials) / (s.trials + self.prior_trials)
 
     def evidence(self, bucket: str) -> float:
         """Decayed count of this bucket's resolved proposals (its slot-1 trials)."""
@@ -163,7 +178,7 @@ class FixedBlock:
     def worth_drafting(self) -> bool:
         return True
 
-    def choose_drafts(self, kind: str, tokens: np.ndarray) -> int:
+    def choose_drafts(self, kind: str, tokens: np.ndarray, prior: float | None = None) -> int:
         return len(tokens)
 
     def draft_budget(self, max_draft: int) -> int:
@@ -206,10 +221,12 @@ class BlockSizeChooser:
         whether the last proposal resolved matched in full."""
         return kind + RUN_SUFFIX if self._run else kind
 
-    def choose_drafts(self, kind: str, tokens: np.ndarray) -> int:
+    def choose_drafts(self, kind: str, tokens: np.ndarray, prior: float | None = None) -> int:
         """How many of a proposal's tokens to verify; the proposal is remembered and judged
-        against the tokens the target commits (the shadow estimate)."""
+        against the tokens the target commits (the shadow estimate). prior: the drafter's
+        P(slot accepted) for this kind before any evidence (Draft.prior)."""
         bucket = self.bucket(kind)
+        self.estimator.declare(bucket, prior)
         self.propose_made(bucket, tokens, len(self._stream))
         return self.choose(bucket, len(tokens))
 
@@ -263,8 +280,14 @@ class BlockSizeChooser:
         return self._saving
 
     def _known_buckets(self) -> list[str]:
-        """The kinds of (non-empty) proposal seen with MIN_EVIDENCE outcomes."""
-        return [b for b in self._bucket_counts if b and self.estimator.evidence(b) >= MIN_EVIDENCE]
+        """The kinds of (non-empty) proposal seen with MIN_EVIDENCE outcomes, or whose
+        drafter gave a prior for them (it speaks for the evidence not gathered yet)."""
+        est = self.estimator
+        return [
+            b
+            for b in self._bucket_counts
+            if b and (est.evidence(b) >= MIN_EVIDENCE or est.has_prior(b))
+        ]
 
     def draft_budget(self, max_draft: int) -> int:
         """How many drafts to ask of a drafter whose call time grows with them: the largest

@@ -20,11 +20,15 @@ class Draft:
         d_i ~ q_i itself, which the lossless acceptance rule requires.
     bucket: a label the block-size chooser keeps separate acceptance statistics for (e.g. the
         n-gram match length), since acceptance differs a lot between kinds of proposals.
+    prior: the drafter's P(slot accepted) for this bucket before the chooser has seen any
+        outcome (None: know nothing): a copy of the caller's own prediction is likely right,
+        and a blank prior would leave its first long proposals unverified.
     """
 
     tokens: np.ndarray
     logits: np.ndarray | None = None
     bucket: str = ""
+    prior: float | None = None
 
     @staticmethod
     def empty() -> Draft:

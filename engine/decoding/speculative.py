@@ -167,7 +167,7 @@ class SpeculativeDecoder:
         greedy = self.warp.greedy
         draft = self.drafter.propose(anchor, max_draft, with_logits=not greedy)
         tokens = np.asarray(draft.tokens[:max_draft], dtype=np.int32)
-        k = self.policy.choose_drafts(draft.bucket, tokens)
+        k = self.policy.choose_drafts(draft.bucket, tokens, draft.prior)
         if draft.logits is None or greedy or not k:
             return tokens[:k], None
         # Sampling verifies draws d_i ~ q_i, warped like the target's rows; only the k

@@ -20,6 +20,14 @@ from engine.decoding.drafter_protocol import Draft, Drafter
 MAX_MATCH = 8  # tokens of the answer's end looked up in the prediction, longest first
 
 
+def copy_prior(matched: int) -> float:
+    """P(slot accepted) the block-size chooser starts from for a copy after a run of `matched`
+    tokens (0.75 after one, 0.94 after eight): the caller says the answer is this text, so a
+    copy is likely right from the first proposal, more so after a longer run; what the answer
+    really does replaces it within a few proposals."""
+    return 1.0 - 0.5 / (matched + 1)
+
+
 class PredictionDrafter:
     def __init__(self, inner: Drafter, prediction: Sequence[int]) -> None:
         self.inner = inner
@@ -56,7 +64,8 @@ class PredictionDrafter:
                 copy = self.prediction[start : start + max_tokens]
                 if copy:
                     self._cursor = start
-                    return Draft(np.asarray(copy, dtype=np.int32), bucket=f"prediction{n}")
+                    tokens = np.asarray(copy, dtype=np.int32)
+                    return Draft(tokens, bucket=f"prediction{n}", prior=copy_prior(n))
         return self.inner.propose(anchor, max_tokens, with_logits=with_logits)
 
     def memory_bytes(self) -> int:

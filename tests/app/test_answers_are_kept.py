@@ -56,7 +56,9 @@ def test_regenerate_stopped_before_its_first_token_keeps_the_old_answer(qtbot, w
 def test_regenerate_that_fails_keeps_the_old_answer(qtbot, window, host):
     before = _answered(qtbot, window, "Give me a fruit name.")
     window.regenerate()
-    qtbot.waitUntil(lambda: bool(window.answers.active and window.answers.active.text), 60000)
+    qtbot.waitUntil(
+        lambda: bool(window.answers.active and window.answers.active.text), timeout=60000
+    )
     request = window.answers.active.request.id
     done = []
     host.worker.finished.connect(lambda rid, _fin: done.append(rid))

@@ -38,6 +38,22 @@ def test_chooser_verifies_more_when_acceptance_is_high():
     assert chooser.choose("good", 0) == 0
 
 
+def test_a_drafters_prior_lets_its_first_proposal_be_verified():
+    """A copy of the caller's own prediction is verified from its first proposal on, while a
+    kind nothing is known about waits for evidence; outcomes then replace the prior."""
+    cost = CostModel({1: 0.010, 2: 0.017, 4: 0.026, 8: 0.048, 16: 0.085})
+    chooser = BlockSizeChooser(cost, max_block=16)
+    chooser.observe_draft_time(0.0001)
+    proposal = np.arange(15)
+    assert chooser.choose_drafts("blank", proposal) == 0
+    assert chooser.choose_drafts("copy", proposal, prior=0.9) >= 3
+    assert chooser.worth_drafting()  # the declared kind counts before it has evidence
+    for _ in range(20):
+        chooser.estimator.record("copy", 0, 15)
+    assert chooser.choose("copy", 15) == 0
+    assert chooser.estimator.rates("blank")[0] == 0.5
+
+
 def test_chooser_learns_from_proposals_it_did_not_verify():
     cost = CostModel({1: 0.010, 2: 0.017, 16: 0.085})
     chooser = BlockSizeChooser(cost)

@@ -307,7 +307,8 @@ def test_card_for_another_target_is_refused(tmp_path, real_target, stand_in, dra
     with pytest.raises(DrafterMismatchError, match="sha256"):
         HyFlashDrafter.load(folder, real_target)
     # fused features from a layer this 30-layer target does not have
-    deep = dict(card, config=dict(card["config"], feature_layers=[4, 40]))
+    fused = 3 * card["config"]["hidden_size"]  # two layers and the final state
+    deep = dict(card, config=dict(card["config"], feature_layers=[4, 40], feature_dim=fused))
     (folder / "card.json").write_text(json.dumps(deep))
     with pytest.raises(DrafterMismatchError, match=r"reads target layers \[4, 40\]"):
         HyFlashDrafter.load(folder, real_target)
