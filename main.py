@@ -19,6 +19,10 @@ def main(argv: list[str] | None = None) -> int:
         from engine.bench.kernel_probe import main as kernel_check
 
         return kernel_check(argv[1:])
+    if argv[:1] == ["--layer-capture-check"]:  # the child engine.llama.layer_capture starts
+        from engine.llama.layer_capture import main as layer_capture_check
+
+        return layer_capture_check(argv[1:])
     if argv[:1] in (["-h"], ["--help"]):
         print(
             "usage: python main.py [app options]      open the chat window\n"

@@ -142,9 +142,14 @@ class SpeculativeDecoder:
         if max_draft > 0 and self.policy.worth_drafting():
             if self.drafter.pays_per_draft:
                 max_draft = self.policy.draft_budget(max_draft)
+            folded = self.target.n_past - self.observed
             self.observed = catch_up(self.drafter, self.target, self.observed)
             drafts, draft_probs = self.draft(anchor, position, max_draft)
-            self.policy.observe_draft_time(time.perf_counter() - t0)
+            # Folding more than one step's tokens (the prompt, or steps the chooser left the
+            # drafter idle) is a one-off: timed as a call, it would make drafting look too
+            # dear to resume (a prompt's fold cost the prediction drafter ten calls' time).
+            if folded <= self.policy.max_block:
+                self.policy.observe_draft_time(time.perf_counter() - t0)
         t1 = time.perf_counter()
         start, k = self.target.n_past, len(drafts)
         judge = _judge(self.warp, self.seed, position, drafts, draft_probs)

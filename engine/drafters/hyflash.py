@@ -79,6 +79,14 @@ def check_card(card: dict, target) -> None:
             f"The HyFlash drafter '{name}' reads target layers {list(layers)}, but {model} has "
             f"{n_layer} layers. Use a drafter trained for this model, or the n-gram drafter."
         )
+    can_capture = getattr(target, "can_capture_layers", None)
+    if layers and can_capture is not None and not can_capture(layers):
+        arch = getattr(target, "architecture", "this")
+        raise DrafterMismatchError(
+            f"The HyFlash drafter '{name}' reads target layers {list(layers)}, but this "
+            f"llama.cpp build cannot read the layer inputs of a {arch} model ({model}). Use a "
+            "drafter trained on the final layer only, or the n-gram drafter."
+        )
     want_sha = ident.get("gguf_sha256")
     path = getattr(target, "path", None)
     if want_sha and path is not None:

@@ -67,7 +67,7 @@ _install_logger()
 llama_cpp.llama_backend_init()
 
 
-def _capture_layer_functions():
+def capture_layer_functions():
     """libllama exports the per-layer input capture only as C++ symbols (not in llama.h)."""
     lib = llama_cpp.llama_cpp._lib
     try:
@@ -195,13 +195,35 @@ class LlamaTarget:
         if not layers:
             return
         if self._layer_fns is None:
-            self._layer_fns = _capture_layer_functions()
+            self._layer_fns = capture_layer_functions()
             if self._layer_fns is None:
                 raise EngineError("this libllama build cannot capture intermediate layers")
         for layer in layers:
             if not 0 <= layer < self.n_layer:
                 raise EngineError(f"layer {layer} out of range 0..{self.n_layer - 1}")
+        if on and not self.can_capture_layers(layers):
+            raise EngineError(
+                f"this llama.cpp build cannot read the layer inputs of a {self.architecture} "
+                f"model (layers {list(layers)}); only the final state is available"
+            )
+        for layer in layers:
             self._layer_fns[0](self._ctx, layer, on)
+
+    def can_capture_layers(self, layers: Sequence[int]) -> bool:
+        """Whether capturing these layers' inputs works on this model (checked in a child
+        once: where it does not, llama.cpp aborts the process instead of failing)."""
+        from engine.llama.layer_capture import layer_capture_works
+
+        if capture_layer_functions() is None:
+            return False
+        return layer_capture_works(self.path, layers, extra_bufts=self.kernels.extra_bufts)
+
+    def set_capture_unchecked(self, layers: Sequence[int]) -> None:
+        """Capture these layers' inputs without asking whether this model allows it: only
+        for the child engine.llama.layer_capture runs, which may abort."""
+        self._layer_fns = self._layer_fns or capture_layer_functions()
+        for layer in layers:
+            self._layer_fns[0](self._ctx, int(layer), True)
 
     def _layer_rows(self, layer: int, n: int) -> np.ndarray:
         ptr = self._layer_fns[1](self._ctx, layer)
