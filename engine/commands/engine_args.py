@@ -24,8 +24,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--drafter",
         default=None,
-        help=f"none | ngram | hyflash | PATH (default: {DEFAULT_DRAFTER} where the model has "
-        f"one, else {FALLBACK_DRAFTER})",
+        help="none | ngram | hyflash | PATH | model:ID|GGUF (a draft model) "
+        f"(default: {DEFAULT_DRAFTER} where the model has one, else {FALLBACK_DRAFTER})",
     )
     p.add_argument("--n-ctx", type=int, default=DEFAULT_N_CTX, help="context length in tokens")
     p.add_argument(

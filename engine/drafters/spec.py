@@ -9,6 +9,8 @@ whether a model has a HyFlash drafter without loading either.
     SPEC@WEIGHTS     a learned drafter's weights (hyflash@int8; fp32 | int8 | int4; default:
                      its card's)
     hybrid:SPEC      n-gram lookup on a 3-token match, else SPEC's drafter
+    model:ID|PATH    a draft model: a catalog model or GGUF of the target's vocabulary
+                     (engine.llama.draft_model)
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from engine.models.catalog import load_catalog
 from engine.paths import resources_dir
 
 HYBRID = "hybrid:"
+DRAFT_MODEL = "model:"
 
 
 @dataclass(frozen=True)
@@ -32,8 +35,13 @@ class DrafterSpec:
     hybrid: bool = False  # n-gram lookup first, this drafter where it finds nothing
 
     @property
+    def draft_model(self) -> str | None:
+        """The catalog id or GGUF path of a draft model's spec, else None."""
+        return self.name[len(DRAFT_MODEL) :] if self.name.startswith(DRAFT_MODEL) else None
+
+    @property
     def learned(self) -> bool:
-        return self.name not in ("none", "ngram")
+        return self.name not in ("none", "ngram") and self.draft_model is None
 
 
 def parse_drafter_spec(spec: str) -> DrafterSpec:
@@ -55,6 +63,8 @@ def parse_drafter_spec(spec: str) -> DrafterSpec:
             f"'{spec}' names no drafter: use one of {', '.join(DRAFTER_CHOICES)} or a folder"
         )
     parsed = DrafterSpec(name, weights or None, hybrid)
+    if parsed.draft_model == "":
+        raise DrafterMismatchError(f"'{spec}': name the draft model after model: (an id or a path)")
     if weights and not parsed.learned:
         raise DrafterMismatchError(f"'{spec}': the {name} drafter has no weights to choose")
     return parsed

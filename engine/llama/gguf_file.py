@@ -81,15 +81,17 @@ class TensorInfo:
 
 
 class GGUFIndex:
-    """Tensor directory and scalar metadata of a GGUF file (arrays are skipped, not decoded)."""
+    """Tensor directory and scalar metadata of a GGUF file; arrays are skipped, not decoded,
+    except those named in `arrays` (e.g. the vocabulary's token texts), kept in .arrays."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, arrays: tuple[str, ...] = ()) -> None:
         self.path = Path(path)
         self._file = self.path.open("rb")
         self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         self.meta: dict[str, object] = {}
+        self.arrays: dict[str, list] = {}
         self.tensors: dict[str, TensorInfo] = {}
-        self._parse()
+        self._parse(arrays)
 
     def close(self) -> None:
         # The memory map stays valid for arrays still viewing it; only the file handle closes.
@@ -101,7 +103,7 @@ class GGUFIndex:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _parse(self) -> None:
+    def _parse(self, wanted_arrays: tuple[str, ...]) -> None:
         buf = self._map
         if buf[:4] != b"GGUF":
             raise ValueError(f"{self.path.name} is not a GGUF file")
@@ -130,9 +132,21 @@ class GGUFIndex:
                 return None, p
             raise ValueError(f"bad GGUF value type {vtype} in {self.path.name}")
 
+        def read_array(p: int) -> tuple[list, int]:
+            itype, count = struct.unpack_from("<IQ", buf, p)
+            p += 12
+            items = []
+            for _ in range(count):
+                item, p = skip_value(itype, p)
+                items.append(item)
+            return items, p
+
         for _ in range(n_kv):
             key, pos = read_str(pos)
             (vtype,) = struct.unpack_from("<I", buf, pos)
+            if key in wanted_arrays and vtype == _ARRAY:
+                self.arrays[key], pos = read_array(pos + 4)
+                continue
             value, pos = skip_value(vtype, pos + 4)
             if value is not None:
                 self.meta[key] = value

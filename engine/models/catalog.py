@@ -35,7 +35,16 @@ def load_catalog(path: Path | None = None) -> dict[str, CatalogEntry]:
     return entries
 
 
+def _catalog_field(name: str) -> str | None:
+    return json.loads((resources_dir() / "catalog.json").read_text(encoding="utf-8")).get(name)
+
+
 def default_target_id() -> str:
-    return json.loads((resources_dir() / "catalog.json").read_text(encoding="utf-8"))[
-        "default_target"
-    ]
+    """The embedded model: the engine's when none is named (the tests' small model)."""
+    return _catalog_field("default_target")
+
+
+def first_launch_id() -> str | None:
+    """The assistant the app opens on the first time, where it is installed (see
+    engine.models.resolve.first_launch_target)."""
+    return _catalog_field("first_launch")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from engine.events import ModelLoadError
 from engine.llama.gguf_file import check_gguf
-from engine.models.catalog import default_target_id, load_catalog
+from engine.models.catalog import default_target_id, first_launch_id, load_catalog
 from engine.models.downloads import cached_model_path
-from engine.models.pypi_parts import assembled_model, distribution_file
+from engine.models.pypi_parts import assembled_model, distribution_file, parts_installed
 from engine.paths import models_dir
 
 
@@ -39,3 +39,20 @@ def resolve_target(spec: str | Path | None = None) -> tuple[str, Path]:
     raise ModelLoadError(
         f"Unknown model '{spec}'. Known: {', '.join(sorted(catalog))}, or give a .gguf path."
     )
+
+
+def first_launch_target() -> str | None:
+    """The catalog's first-launch assistant when its packages are installed (`bootstrap.py run`
+    brings them), else None: the embedded model."""
+    model_id = first_launch_id()
+    entry = load_catalog().get(model_id) if model_id else None
+    if entry is None:
+        return None
+    source = entry.source
+    if source["kind"] == "pypi-parts":
+        return entry.id if parts_installed(source) else None
+    try:
+        resolve_target(entry.id)
+    except ModelLoadError:
+        return None
+    return entry.id

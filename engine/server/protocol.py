@@ -15,7 +15,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.drafters import DRAFTER_CHOICES
+from engine.drafters.spec import DRAFT_MODEL
 from engine.events import ErrorEvent, Finished, GenerationSettings, SettingError, StepStats
+from engine.models.catalog import load_catalog
 from engine.options import OPTION
 from engine.server.errors import APIError
 from engine.server.jobs import JobEvent, JobStarted
@@ -222,16 +224,19 @@ def predicted_text(req: _Request) -> str | None:
 
 
 def requested_drafter(req: _Request) -> str | None:
-    """A drafter by name only: a path would let a request make the server read files."""
+    """A drafter by name only, or a catalog model as draft model (model:ID): a path would let
+    a request make the server read files."""
     name = req.hyflash.drafter if req.hyflash else None
-    if name is not None and name not in DRAFTER_CHOICES:
-        raise APIError(
-            400,
-            "invalid_drafter",
-            f"hyflash.drafter: use one of {', '.join(DRAFTER_CHOICES)}",
-            "hyflash.drafter",
-        )
-    return name
+    if name is None or name in DRAFTER_CHOICES:
+        return name
+    if name.startswith(DRAFT_MODEL) and name[len(DRAFT_MODEL) :] in load_catalog():
+        return name
+    raise APIError(
+        400,
+        "invalid_drafter",
+        f"hyflash.drafter: use one of {', '.join(DRAFTER_CHOICES)} or model:<catalog id>",
+        "hyflash.drafter",
+    )
 
 
 def engine_error(event: ErrorEvent) -> APIError:

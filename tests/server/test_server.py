@@ -78,7 +78,8 @@ def test_chat_greedy_equals_generate_with_each_drafter(served, model_id, referen
     url, _ = served
     api = client(url)
     messages = [{"role": "user", "content": PROMPT}]
-    for drafter, block in (("none", "auto"), ("hyflash", 4), ("ngram", 3)):
+    draft_model = f"model:{model_id}"  # the embedded model drafting for itself
+    for drafter, block in (("none", "auto"), ("hyflash", 4), ("ngram", 3), (draft_model, 4)):
         r = api.chat.completions.create(
             model=model_id,
             messages=messages,
@@ -97,7 +98,7 @@ def test_chat_greedy_equals_generate_with_each_drafter(served, model_id, referen
         check_stats(r.hyflash, r.usage, drafter)
         if drafter == "none":
             assert r.hyflash["draft_tokens_proposed"] == 0 and r.hyflash["tau"] == 1.0
-        if drafter == "hyflash":  # a fixed block of 4 always drafts
+        if drafter in ("hyflash", draft_model):  # a fixed block of 4 always drafts
             assert r.hyflash["draft_tokens_proposed"] > 0 and r.hyflash["block_size"] == 4
             assert r.hyflash["block_size_mode"] == "fixed"
     # max_completion_tokens is the newer name of max_tokens
@@ -243,6 +244,17 @@ BAD_CHAT = {
     "block size 99": (chat("M", hyflash={"block_size": 99}), 400, "invalid_block_size"),
     "block size text": (chat("M", hyflash={"block_size": "big"}), 400, "invalid_block_size"),
     "drafter path": (chat("M", hyflash={"drafter": "/etc/passwd"}), 400, "invalid_drafter"),
+    "draft model path": (
+        chat("M", hyflash={"drafter": "model:/etc/passwd"}),
+        400,
+        "invalid_drafter",
+    ),
+    # a catalog model of another vocabulary: refused by the pairing check, in OpenAI's shape
+    "mismatched draft model": (
+        chat("M", hyflash={"drafter": "model:qwen2.5-coder-0.5b-instruct"}),
+        400,
+        "invalid_drafter",
+    ),
     "unknown hyflash field": (chat("M", hyflash={"speed": "max"}), 400, None),
     "prompt longer than the context": (
         {"model": "M", "messages": [{"role": "user", "content": "lighthouse " * 5000}]},
