@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from app.settings import BACKENDS
+from engine.drafters.spec import DRAFT_MODEL
 from engine.drafters.spec import hyflash_status as engine_hyflash_status
+from engine.events import EngineError
 from engine.llama.backends import DISPLAY, choose, probe
 from engine.models.catalog import default_target_id
 
@@ -14,6 +16,20 @@ def hyflash_status(model_id: str | None) -> tuple[bool, str]:
         return engine_hyflash_status(model_id or default_target_id())
     except (OSError, ValueError, KeyError) as exc:
         return False, f"The model catalog could not be read: {exc}"
+
+
+def draft_models(model_id: str | None) -> list[tuple[str, str]]:
+    """(drafter spec, label) for each installed catalog model that can draft for `model_id`
+    (smaller, same vocabulary: engine.models.draft_models); none where it cannot be found."""
+    from engine.models.draft_models import draft_model_choices
+    from engine.models.resolve import resolve_target
+
+    try:
+        target_id, path = resolve_target(model_id)
+        entries = draft_model_choices(path, target_id)
+    except (EngineError, OSError):
+        return []
+    return [(f"{DRAFT_MODEL}{e.id}", f"Draft model: {e.name}") for e in entries]
 
 
 def backend_status() -> dict[str, tuple[bool, str]]:

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 from app import APP_DISPLAY_NAME, theme
 from app.about import AboutDialog
 from app.banner import guarded
-from app.capabilities import backend_status, hyflash_status
+from app.capabilities import backend_status, draft_models, hyflash_status
 from app.chat_pane import ChatPane
 from app.chat_view import MessageWidget
 from app.conversations import Conversations
@@ -363,7 +363,13 @@ class MainWindow(QMainWindow):
 
     def settings_dialog(self) -> SettingsDialog:
         model_id = self.engine_link.info.model_id if self.engine_link.info else self.settings.model
-        dialog = SettingsDialog(self.settings, hyflash_status(model_id), backend_status(), self)
+        dialog = SettingsDialog(
+            self.settings,
+            hyflash_status(model_id),
+            backend_status(),
+            self,
+            draft_models=draft_models(model_id),
+        )
         dialog.accepted.connect(lambda: self.apply_settings(dialog.values()))
         return dialog
 

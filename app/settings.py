@@ -14,6 +14,7 @@ from pathlib import Path
 from app.paths import config_dir, move_aside
 from engine.atomic_files import write_json
 from engine.drafters import DRAFTER_CHOICES
+from engine.drafters.spec import DRAFT_MODEL
 from engine.events import DEFAULT_N_CTX, GenerationSettings
 from engine.llama.backends import BACKEND_NAMES
 from engine.llama.machine_probe import usable_cores
@@ -88,13 +89,19 @@ def _generation_problem(name: str, value: object) -> str | None:
     return why
 
 
+def _is_draft_model_spec(value: object) -> bool:
+    """model:ID|PATH, a draft model (engine.drafters.spec); whether it fits the loaded model is
+    the engine's to say when it switches."""
+    return isinstance(value, str) and value.startswith(DRAFT_MODEL) and bool(value[6:].strip())
+
+
 def _problem(name: str, value: object) -> str | None:
     """Why `value` is not acceptable for the field `name` (types and ranges), or None."""
     if name in GENERATION_FIELDS:
         return _generation_problem(name, value)
     is_int = isinstance(value, int) and not isinstance(value, bool)
     checks = {
-        "drafter": value in DRAFTERS,
+        "drafter": value in DRAFTERS or _is_draft_model_spec(value),
         "n_ctx": is_int and 256 <= value <= 131072,
         "n_threads": is_int and 0 <= value <= 256,
         "backend": value in BACKENDS,

@@ -3,6 +3,7 @@ without a reload; context length, threads and backend reload the model (it says 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from PySide6.QtCore import Qt
@@ -31,6 +32,7 @@ from app.settings import (
     auto_threads,
     needs_reload,
 )
+from engine.drafters.spec import DRAFT_MODEL
 from engine.llama.backends import DISPLAY as BACKEND_DISPLAY
 from engine.options import EXTRA_BUFTS, OPTION, VERIFY_MODES
 
@@ -93,14 +95,17 @@ class SettingsDialog(QDialog):
         hyflash: tuple[bool, str],
         backends: dict[str, tuple[bool, str]],
         parent: QWidget | None = None,
+        draft_models: Sequence[tuple[str, str]] = (),
     ) -> None:
+        """draft_models: (spec, label) of the installed models that can draft for the loaded
+        one (app.capabilities.draft_models), offered after the built-in drafters."""
         super().__init__(parent)
         self.setWindowTitle("Settings")
         self.setMinimumWidth(460)
         self.original = settings
         col = QVBoxLayout(self)
         col.setSpacing(10)
-        col.addWidget(self._answers_group(hyflash))
+        col.addWidget(self._answers_group(hyflash, draft_models))
         col.addWidget(self._runtime_group(backends))
         col.addWidget(self._appearance_group())
         self.reload_note = QLabel()
@@ -116,7 +121,9 @@ class SettingsDialog(QDialog):
             combo.currentIndexChanged.connect(self._update_note)
         self._update_note()
 
-    def _answers_group(self, hyflash: tuple[bool, str]) -> QGroupBox:
+    def _answers_group(
+        self, hyflash: tuple[bool, str], draft_models: Sequence[tuple[str, str]]
+    ) -> QGroupBox:
         gen = QGroupBox("Answers (apply to the next answer)")
         form = QFormLayout(gen)
         # The ranges keep values GenerationSettings accepts, within the app's own limits
@@ -129,7 +136,15 @@ class SettingsDialog(QDialog):
         )
         self.block.setToolTip(block.help)
         form.addRow("Draft block size", self.block)
-        self.drafter = _combo([(DRAFTER_LABELS.get(d, d), d) for d in DRAFTERS])
+        self.drafter = _combo(
+            [(DRAFTER_LABELS.get(d, d), d) for d in DRAFTERS]
+            + [(label, spec) for spec, label in draft_models]
+        )
+        saved = self.original.drafter
+        if self.drafter.findData(saved) < 0:  # a draft model chosen for another model
+            self.drafter.addItem(
+                f"Draft model: {saved[len(DRAFT_MODEL) :]} (not for this model)", saved
+            )
         ok, why = hyflash
         if not ok:
             _disable_item(self.drafter, DRAFTERS.index("hyflash"), why)

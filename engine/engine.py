@@ -32,6 +32,7 @@ from engine.events import (
 )
 from engine.llama.backends import choose, probe
 from engine.llama.chat_template import ChatTemplate
+from engine.llama.draft_model import DraftModelDrafter
 from engine.llama.kernels import decide, requested_verify_mode
 from engine.llama.target import LlamaTarget, default_threads
 from engine.models.resolve import resolve_target
@@ -93,6 +94,9 @@ class Engine:
         # one chooser per drafter, kept across switches: what it learnt about that drafter's
         # proposals (and the machine, in the shared cost model) holds from answer to answer
         self._choosers: dict[str, BlockSizeChooser] = {}
+        # the last draft model loaded, kept while others draft: loading one reads its weights,
+        # and a benchmark or a server request switches back and forth
+        self._draft_model: DraftModelDrafter | None = None
         report(f"loading the {drafter} drafter")
         try:
             self.drafter_note = self.set_drafter(drafter, fallback)
@@ -115,7 +119,7 @@ class Engine:
         with no drafter, and only the drafter is swapped."""
         note = None
         try:
-            drafter = make_drafter(spec, self.model_id, self.target, self.backend)
+            drafter = self._make_drafter(spec)
         except DrafterMismatchError as exc:
             if fallback is None or fallback == spec:
                 raise
@@ -123,6 +127,21 @@ class Engine:
             note = f"{exc} Using the {fallback} drafter instead."
         self._use(drafter)
         return note
+
+    def _make_drafter(self, spec: str) -> Drafter:
+        kept = self._draft_model
+        if kept is not None and kept.name == spec:
+            return kept
+        drafter = make_drafter(spec, self.model_id, self.target, self.backend)
+        if isinstance(drafter, DraftModelDrafter):
+            self._close_draft_model()
+            self._draft_model = drafter
+        return drafter
+
+    def _close_draft_model(self) -> None:
+        if self._draft_model is not None and self._draft_model is not self.drafter:
+            self._draft_model.close()
+        self._draft_model = None
 
     def _use(self, drafter: Drafter) -> None:
         self.drafter = drafter
@@ -249,4 +268,7 @@ class Engine:
         return predicted
 
     def close(self) -> None:
+        if self._draft_model is not None:
+            self._draft_model.close()
+            self._draft_model = None
         self.target.close()

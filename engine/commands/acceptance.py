@@ -40,7 +40,7 @@ def add_parser(sub) -> None:
         "--drafter",
         action="append",
         required=True,
-        help="LABEL=SPEC, SPEC = ngram | drafter folder | hybrid:folder (repeatable)",
+        help="LABEL=SPEC, SPEC = ngram | drafter folder | hybrid:folder | model:ID (repeatable)",
     )
     p.add_argument(
         "--answers",

@@ -2,8 +2,8 @@
 draft-simple): it decodes its own guess token by token in its own llama.cpp context, in the
 same process as the target, and stops a block early where its own confidence falls below
 p_min. Its cache follows the committed tokens by prefix, so rejected drafts roll back with
-the target's. pairing_problem checks, from the two GGUF headers alone, that a token id means
-the same text in both models: the drafter's ids are verified as the target's.
+the target's. It loads only for a target of the same vocabulary (engine.llama.vocab_pairing):
+its ids are verified as the target's.
 """
 
 from __future__ import annotations
@@ -15,42 +15,12 @@ import numpy as np
 
 from engine.decoding.drafter_protocol import Draft
 from engine.events import DrafterMismatchError
-from engine.llama.gguf_file import GGUFIndex
 from engine.llama.target import LlamaTarget
+from engine.llama.vocab_pairing import pairing_problem
 
-TOKENS_KEY = "tokenizer.ggml.tokens"
-TOKENIZER_KEY = "tokenizer.ggml.model"
 # llama.cpp's default --draft-p-min: below it a greedy draft token is more likely wrong than
 # worth its decode
 DEFAULT_P_MIN = 0.75
-
-
-def _vocabulary(path: Path) -> tuple[str | None, list[str]]:
-    try:
-        with GGUFIndex(path, arrays=(TOKENS_KEY,)) as index:
-            return index.meta.get(TOKENIZER_KEY), index.arrays.get(TOKENS_KEY, [])
-    except (OSError, ValueError) as exc:
-        raise DrafterMismatchError(f"cannot read the vocabulary of {path.name}: {exc}") from None
-
-
-def pairing_problem(target: Path, draft: Path) -> str | None:
-    """None when every token id of `draft` means what it means to `target`; else one line
-    naming the first difference (token counts, tokenizer kind, or a token's text)."""
-    kind_t, tokens_t = _vocabulary(target)
-    kind_d, tokens_d = _vocabulary(draft)
-    lead = f"{draft.name} cannot draft for {target.name}:"
-    if not tokens_t or not tokens_d:
-        missing = draft.name if not tokens_d else target.name
-        return f"{lead} {missing} has no vocabulary in its header"
-    if kind_t != kind_d or len(tokens_t) != len(tokens_d):
-        return (
-            f"{lead} its vocabulary has {len(tokens_d):,} tokens ({kind_d}), the target's "
-            f"{len(tokens_t):,} ({kind_t})"
-        )
-    for i, (a, b) in enumerate(zip(tokens_d, tokens_t, strict=True)):
-        if a != b:
-            return f"{lead} token {i} is {a!r} in its vocabulary and {b!r} in the target's"
-    return None
 
 
 class DraftModelDrafter:

@@ -198,7 +198,9 @@ def run(args: argparse.Namespace) -> dict:
     blocks = [int(b) for b in args.blocks.split(",")]
     specs = [s.split("=", 1) if "=" in s else [s, s] for s in args.drafter]
     rows = []
-    with LlamaTarget(gguf, n_ctx=512, n_threads=args.threads) as target:
+    # a draft model drafts in a context as long as the target's: room for the longest answer
+    n_ctx = max(512, args.max_len + 8)
+    with LlamaTarget(gguf, n_ctx=n_ctx, n_threads=args.threads) as target:
         threads = target.n_threads  # for the record: the default when --threads is not given
         decode_ms = _target_decode_ms(target)
         for label, spec in specs:

@@ -123,3 +123,26 @@ def test_threads_follow_the_cores_the_process_may_use():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=repo, env=env
     )
     assert out.stdout.split() == ["1", "1"]
+
+
+def test_a_draft_model_is_a_drafter_choice_for_the_models_it_fits(qtbot):
+    from app.capabilities import draft_models
+
+    # installed catalog models of the same vocabulary, smaller than the loaded one
+    offered = draft_models("qwen2.5-coder-1.5b-instruct")
+    assert [spec for spec, _ in offered] == ["model:qwen2.5-coder-0.5b-instruct"]
+    assert offered[0][1].startswith("Draft model: Qwen2.5 Coder 0.5B")
+    assert draft_models(None) == []  # nothing smaller drafts for the embedded model
+    dialog = SettingsDialog(AppSettings(), (True, ""), {}, draft_models=offered)
+    qtbot.addWidget(dialog)
+    dialog.drafter.setCurrentIndex(dialog.drafter.findData(offered[0][0]))
+    chosen = dialog.values()
+    assert chosen.drafter == "model:qwen2.5-coder-0.5b-instruct"
+    assert checked(chosen) == (chosen, None)
+    # a saved draft model that does not fit the loaded model stays chosen, marked as such
+    again = SettingsDialog(chosen, (True, ""), {}, draft_models=[])
+    qtbot.addWidget(again)
+    assert again.values().drafter == chosen.drafter
+    assert "not for this model" in again.drafter.currentText()
+    fixed, message = checked(AppSettings(drafter="model:  "))
+    assert fixed.drafter == AppSettings().drafter and "drafter" in message

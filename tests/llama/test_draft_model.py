@@ -171,3 +171,12 @@ def test_the_05b_draft_model_keeps_the_15bs_greedy_output(coder15):
             assert out.token_ids == ref.token_ids, (block_size, prompt)
             accepted += sum(out.stats.slot_accept_counts)
     assert accepted > 20  # the 0.5B predicts the 1.5B's tokens most of the time
+
+
+def test_a_draft_model_stays_loaded_while_another_drafter_runs(engine):
+    engine.set_drafter(SMALL)
+    first = engine.drafter
+    engine.set_drafter("ngram")
+    engine.set_drafter(SMALL)
+    assert engine.drafter is first  # not loaded again
+    engine.set_drafter("ngram")
