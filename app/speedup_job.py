@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from PySide6.QtCore import (
     QCoreApplication,
@@ -180,7 +181,7 @@ def unfinished_job(model_id: str) -> str | None:
     found: list[tuple[float, str]] = []
     for info in speedup_root().glob("*/job.json"):
         try:
-            if json.loads(info.read_text(encoding="utf-8")).get("model") != model_id:
+            if not _is_job_of(json.loads(info.read_text(encoding="utf-8")), model_id):
                 continue
             for name, budget in BUDGETS.items():
                 job = Job(info.parent, info.parent / "corpus", budget)
@@ -189,6 +190,14 @@ def unfinished_job(model_id: str) -> str | None:
         except (OSError, ValueError, KeyError):
             continue  # a folder being written or damaged: the job itself will say
     return max(found)[1] if found else None
+
+
+def _is_job_of(info: dict, model_id: str) -> bool:
+    """A job names its model by id (a catalog id, or a file's stem, which any file may share)
+    and by its GGUF, resolved: a model given as a file is matched by the file."""
+    if Path(model_id).suffix.lower() == ".gguf":
+        return info.get("gguf") == str(Path(model_id).expanduser().resolve())
+    return info.get("model") == model_id
 
 
 def speedup_argv(model: str, budget: str, plan_only: bool = False) -> list[str]:
