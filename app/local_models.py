@@ -28,6 +28,7 @@ from app.model_folders import FoldersDialog
 from app.settings import AppSettings
 from app.speedup_job import unfinished_job
 from engine.drafters.spec import hyflash_status
+from engine.models.catalog import load_catalog
 from engine.models.discovery import Roots, kernel_verdict, scan
 from engine.models.local_model import ADDED, LocalModel
 from engine.units import format_size
@@ -257,8 +258,8 @@ class LocalModels(QWidget):
 
 
 def _is_file_id(model_id: str | None) -> bool:
-    """A model id that names a GGUF file rather than a catalog entry."""
-    return bool(model_id) and Path(model_id).suffix.lower() == ".gguf"
+    """A model id that names a GGUF file (Ollama's have no .gguf suffix), not a catalog entry."""
+    return bool(model_id) and model_id not in load_catalog()
 
 
 def make_table(columns: tuple[str, ...]) -> QTableWidget:

@@ -22,6 +22,7 @@ from PySide6.QtCore import (
     Signal,
 )
 
+from engine.models.catalog import load_catalog
 from engine.paths import REPO
 from engine.speedup.job import Job, speedup_root
 from engine.speedup.plan import BUDGETS, missing_train_extra
@@ -194,10 +195,11 @@ def unfinished_job(model_id: str) -> str | None:
 
 def _is_job_of(info: dict, model_id: str) -> bool:
     """A job names its model by id (a catalog id, or a file's stem, which any file may share)
-    and by its GGUF, resolved: a model given as a file is matched by the file."""
-    if Path(model_id).suffix.lower() == ".gguf":
-        return info.get("gguf") == str(Path(model_id).expanduser().resolve())
-    return info.get("model") == model_id
+    and by its GGUF, resolved: a model given as a file (Ollama's have no .gguf suffix) is
+    matched by the file."""
+    if model_id in load_catalog():
+        return info.get("model") == model_id
+    return info.get("gguf") == str(Path(model_id).expanduser().resolve())
 
 
 def speedup_argv(model: str, budget: str, plan_only: bool = False) -> list[str]:

@@ -151,8 +151,14 @@ def test_a_stopped_job_is_found_by_its_model_id_or_its_file(tmp_path, monkeypatc
     folder = speedup_root() / "0123456789abcdef"
     Job(folder, folder / "corpus", BUDGETS["quick"]).create(gguf.stem, gguf.resolve(), "ab" * 32)
     assert unfinished_job(str(gguf)) == unfinished_job(str(link)) == "quick"
-    assert unfinished_job(gguf.stem) == "quick"  # as the command line names it
     assert unfinished_job(str(tmp_path / "other" / "mine.Q4_1.gguf")) is None  # same stem
+    blob = tmp_path / "blobs" / "sha256-0a1b"  # Ollama's files have no .gguf suffix
+    blob.parent.mkdir()
+    blob.write_bytes(b"GGUF")
+    assert unfinished_job(str(blob)) is None
+    folder = speedup_root() / "fedcba9876543210"
+    Job(folder, folder / "corpus", BUDGETS["standard"]).create(blob.stem, blob, "cd" * 32)
+    assert unfinished_job(str(blob)) == "standard"
 
 
 def test_dialog_runs_pauses_cancels_and_resumes_a_real_job(qtbot, tmp_path, monkeypatch):
