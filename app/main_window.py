@@ -432,14 +432,21 @@ class MainWindow(QMainWindow):
         from app.model_manager import ModelManager
         from engine.llama.backends import probe
 
-        current = self.engine_link.info.model_id if self.engine_link.info else self.settings.model
-        dialog = ModelManager(current, probe().ram_bytes, self)
+        # the settings' id first: a file's path (the loaded engine knows it by its stem)
+        info = self.engine_link.info
+        current = self.settings.model or (info.model_id if info else None)
+        dialog = ModelManager(current, probe().ram_bytes, self, settings=self.settings)
         dialog.modelChosen.connect(self.use_model)
+        dialog.sourcesChanged.connect(self.set_model_sources)
         dialog.show()
         return dialog
 
     def use_model(self, model_id: str) -> None:
         self.apply_settings(replace(self.settings, model=model_id))
+
+    def set_model_sources(self, files: tuple[str, ...], folders: tuple[str, ...]) -> None:
+        """The GGUF files and folders the model manager lists, remembered (no reload)."""
+        self.apply_settings(replace(self.settings, model_files=files, model_folders=folders))
 
     def open_about(self) -> AboutDialog:
         dialog = AboutDialog(self.engine_link.info, self)

@@ -1,6 +1,8 @@
 """Model manager: the catalog with installed/available state, downloads with progress and
 cancel (on their own worker thread), delete, "use this model", and "speed up this model"
-(training a HyFlash drafter for an installed model that has none: app.speedup_dialog)."""
+(training a HyFlash drafter for an installed model that has none: app.speedup_dialog); below
+it the GGUF files already on this computer (app.local_models), which .gguf files dropped on
+the window join."""
 
 from __future__ import annotations
 
@@ -9,24 +11,24 @@ import time
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QDialog,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QProgressBar,
     QPushButton,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
+from app.local_models import LocalModels, gguf_paths, make_table
+from app.settings import AppSettings
 from app.speedup_dialog import SpeedupDialog
 from app.speedup_job import unfinished_job
 from engine.drafters.spec import hyflash_status
 from engine.events import EngineError
 from engine.models.catalog import CatalogEntry, load_catalog
+from engine.models.discovery import Roots
 from engine.models.resolve import resolve_target
 from engine.units import format_size
 
@@ -127,15 +129,26 @@ class _Row:
 
 
 class ModelManager(QDialog):
-    modelChosen = Signal(str)
+    modelChosen = Signal(str)  # a catalog id or a GGUF file's path
     requestDownload = Signal(object, object)
+    sourcesChanged = Signal(object, object)  # the files added and the folders listed, to keep
 
     def __init__(
-        self, current_model: str | None, ram_bytes: int | None = None, parent=None
+        self,
+        current_model: str | None,
+        ram_bytes: int | None = None,
+        parent=None,
+        *,
+        settings: AppSettings | None = None,
+        roots: Roots | None = None,
     ) -> None:
+        """`settings` give the files and folders to look in and the threads and backend the
+        kernel verdicts are kept for; `roots` where other applications keep models (None:
+        this machine's)."""
         super().__init__(parent)
         self.setWindowTitle("Models")
-        self.resize(980, 380)
+        self.resize(1100, 680)
+        self.setAcceptDrops(True)
         self.current = current_model
         self.ram_bytes = ram_bytes
         col = QVBoxLayout(self)
@@ -146,22 +159,13 @@ class ModelManager(QDialog):
         intro.setWordWrap(True)
         intro.setObjectName("Muted")
         col.addWidget(intro)
-        self.table = QTableWidget(0, 7)
-        self.table.setHorizontalHeaderLabels(
-            ["Model", "Size", "RAM needed", "Context", "Drafter", "Status", ""]
-        )
-        self.table.verticalHeader().setVisible(False)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.setFocusPolicy(Qt.FocusPolicy.NoFocus)
-        self.table.setShowGrid(False)
-        self.table.setAlternatingRowColors(True)
-        self.table.verticalHeader().setDefaultSectionSize(38)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for i in range(1, 7):
-            header.setSectionResizeMode(i, QHeaderView.ResizeMode.ResizeToContents)
+        self.table = make_table(("Model", "Size", "RAM needed", "Context", "Drafter", "Status", ""))
         col.addWidget(self.table, 1)
+        self.local = LocalModels(settings, roots)
+        self.local.useRequested.connect(self.use)
+        self.local.speedupRequested.connect(self.open_speedup)
+        self.local.sourcesChanged.connect(self.sourcesChanged)
+        col.addWidget(self.local, 1)
         self.message = QLabel()
         self.message.setWordWrap(True)
         col.addWidget(self.message)
@@ -169,6 +173,7 @@ class ModelManager(QDialog):
         self.rows: dict[str, _Row] = {}
         for entry in load_catalog().values():
             self._add_row(entry)
+        self.local.rescan(current_model)
         self.refresh()
 
         self.thread = QThread()
@@ -241,6 +246,7 @@ class ModelManager(QDialog):
             if offer_speedup:
                 resume = unfinished_job(model_id) is not None
                 row.speedup.setText("Resume speed-up…" if resume else "Speed up this model…")
+        self.local.refresh(self.current)
 
     # ----- actions ----------------------------------------------------------------------------
 
@@ -274,8 +280,10 @@ class ModelManager(QDialog):
         self.refresh()
         self.modelChosen.emit(model_id)
 
-    def open_speedup(self, model_id: str) -> SpeedupDialog:
-        dialog = SpeedupDialog(model_id, self.rows[model_id].entry.name, parent=self)
+    def open_speedup(self, model_id: str, name: str | None = None) -> SpeedupDialog:
+        """For a catalog id, or a file's path with its `name`."""
+        name = name or self.rows[model_id].entry.name
+        dialog = SpeedupDialog(model_id, name, parent=self)
         dialog.closedWith.connect(self._on_speedup_closed)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
@@ -285,6 +293,18 @@ class ModelManager(QDialog):
         if message:
             self.message.setText(message)
         self.refresh()  # a drafter installed, or a job left to resume
+
+    # ----- dropped files ----------------------------------------------------------------------
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802
+        if gguf_paths(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event) -> None:  # noqa: N802
+        paths = gguf_paths(event.mimeData())
+        if paths:
+            event.acceptProposedAction()
+            self.local.add_files(paths)
 
     # ----- worker signals ---------------------------------------------------------------------
 

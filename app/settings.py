@@ -34,6 +34,7 @@ MIN_UI_TOP_P = 0.01  # the dialog's step; a settings file may hold any top-p in 
 # Changing one of these rebuilds the llama.cpp context, so the model is reloaded. The names are
 # shared by AppSettings and app.worker.EngineConfig.
 RELOAD_FIELDS = ("model", "n_ctx", "n_threads", "backend", "extra_bufts", "verify_mode")
+PATH_LIST_FIELDS = ("model_files", "model_folders")  # JSON lists, tuples in AppSettings
 
 
 def auto_threads() -> int:
@@ -58,6 +59,8 @@ class AppSettings:
     extra_bufts: str = "auto"
     verify_mode: str = "auto"
     model: str | None = None  # catalog id or .gguf path; None = the embedded default
+    model_files: tuple[str, ...] = ()  # GGUF files added in the model manager, used in place
+    model_folders: tuple[str, ...] = ()  # folders the model manager looks in for GGUF files
     theme: str = "system"
     font_size: int = 10
     tint_drafted: bool = True
@@ -100,6 +103,11 @@ def _problem(name: str, value: object) -> str | None:
     if name in GENERATION_FIELDS:
         return _generation_problem(name, value)
     is_int = isinstance(value, int) and not isinstance(value, bool)
+    if name in PATH_LIST_FIELDS:
+        paths = isinstance(value, list | tuple)
+        if paths and all(isinstance(v, str) and v.strip() for v in value):
+            return None
+        return f"{value!r} is not a list of paths"
     checks = {
         "drafter": value in DRAFTERS or _is_draft_model_spec(value),
         "n_ctx": is_int and 256 <= value <= 131072,
@@ -129,8 +137,11 @@ def validate(data: dict) -> tuple[AppSettings, dict[str, str]]:
         value = data[f.name]
         why = _problem(f.name, value)
         if why is None:
-            floats = f.name in GENERATION_FIELDS and OPTION[f.name].type is float
-            values[f.name] = float(value) if floats else value
+            if f.name in PATH_LIST_FIELDS:
+                value = tuple(value)  # a JSON list
+            elif f.name in GENERATION_FIELDS and OPTION[f.name].type is float:
+                value = float(value)
+            values[f.name] = value
         else:
             problems[f.name] = why
     return replace(AppSettings(), **values), problems

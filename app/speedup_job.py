@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from PySide6.QtCore import (
     QCoreApplication,
@@ -21,6 +22,7 @@ from PySide6.QtCore import (
     Signal,
 )
 
+from engine.models.catalog import load_catalog
 from engine.paths import REPO
 from engine.speedup.job import Job, speedup_root
 from engine.speedup.plan import BUDGETS, missing_train_extra
@@ -180,7 +182,7 @@ def unfinished_job(model_id: str) -> str | None:
     found: list[tuple[float, str]] = []
     for info in speedup_root().glob("*/job.json"):
         try:
-            if json.loads(info.read_text(encoding="utf-8")).get("model") != model_id:
+            if not _is_job_of(json.loads(info.read_text(encoding="utf-8")), model_id):
                 continue
             for name, budget in BUDGETS.items():
                 job = Job(info.parent, info.parent / "corpus", budget)
@@ -189,6 +191,15 @@ def unfinished_job(model_id: str) -> str | None:
         except (OSError, ValueError, KeyError):
             continue  # a folder being written or damaged: the job itself will say
     return max(found)[1] if found else None
+
+
+def _is_job_of(info: dict, model_id: str) -> bool:
+    """A job names its model by id (a catalog id, or a file's stem, which any file may share)
+    and by its GGUF, resolved: a model given as a file (Ollama's have no .gguf suffix) is
+    matched by the file."""
+    if model_id in load_catalog():
+        return info.get("model") == model_id
+    return info.get("gguf") == str(Path(model_id).expanduser().resolve())
 
 
 def speedup_argv(model: str, budget: str, plan_only: bool = False) -> list[str]:

@@ -8,7 +8,8 @@ Rooms, lowest first; a room imports only from rooms below it (tests/test_rooms.p
   decoding/  the loop, block size, sampling, the Target and Drafter protocols
   llama/     the llama.cpp target, the kernel check, backends and machine probe, chat
              template, GGUF files read without llama.cpp
-  models/    the catalog, resolving a model id or path, PyPI parts, Hub downloads
+  models/    the catalog, resolving a model id or path, PyPI parts, Hub downloads, the
+             GGUF files already on this computer
   drafters/  none, n-gram, hybrid, HyFlash's run time and card, drafter specs, installed ones
   engine.py  Engine: one loaded target and drafter behind a generator of events
   server/    the OpenAI-compatible HTTP server in front of one Engine

@@ -47,6 +47,15 @@ def file_sha256(path: str | Path, chunk_bytes: int = 1 << 22) -> str:
     return digest
 
 
+def known_sha256(path: str | Path) -> str | None:
+    """sha256 of this unchanged file if it was hashed before on this machine, else None:
+    never reads the file (a listing of models must not hash gigabytes)."""
+    path = Path(path).resolve()
+    key = _stamp(path)
+    digest = _SHA_CACHE.get(key) or (read_json(_record()) or {}).get(key)
+    return digest if isinstance(digest, str) else None
+
+
 def still_verified(path: Path, sha256: str, size: int, mtime_ns: int | None) -> bool:
     """Whether `path` is still the file once verified as (sha256, size, mtime_ns): its size on
     every call, its content only when its modification time moved (a copy, a restore, an

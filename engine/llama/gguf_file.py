@@ -38,11 +38,18 @@ def check_gguf_data(path: Path) -> None:
     """A file whose GGUF header reads and whose tensor data fits in it, else ModelFileError
     naming it as damaged, in one line: run before llama.cpp's kernel check tries the file,
     whose failure would otherwise blame the machine."""
+    checked_meta(path)
+
+
+def checked_meta(path: Path) -> dict[str, object]:
+    """The scalar metadata of a file check_gguf_data accepts (the header is read once), else
+    its ModelFileError."""
     size = path.stat().st_size
     again = "a truncated download? Download or copy it again."
     try:
         with GGUFIndex(path) as index:
             end = index.data_end()
+            meta = index.meta
     except (struct.error, IndexError, OverflowError, MemoryError):
         raise ModelFileError(
             f"{path.name} is a damaged model file: its GGUF header is cut short or corrupt; {again}"
@@ -54,6 +61,7 @@ def check_gguf_data(path: Path) -> None:
             f"{path.name} is a damaged model file: it is cut short ({format_size(size)} of at "
             f"least {format_size(end)}); {again}"
         )
+    return meta
 
 
 _SCALAR = {
@@ -87,11 +95,15 @@ class GGUFIndex:
     def __init__(self, path: str | Path, arrays: tuple[str, ...] = ()) -> None:
         self.path = Path(path)
         self._file = self.path.open("rb")
-        self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         self.meta: dict[str, object] = {}
         self.arrays: dict[str, list] = {}
         self.tensors: dict[str, TensorInfo] = {}
-        self._parse(arrays)
+        try:
+            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            self._parse(arrays)
+        except BaseException:
+            self.close()  # a scan of many damaged files must not keep each one open
+            raise
 
     def close(self) -> None:
         # The memory map stays valid for arrays still viewing it; only the file handle closes.

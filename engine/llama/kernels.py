@@ -35,7 +35,7 @@ from pathlib import Path
 
 from engine.atomic_files import read_json, write_json
 from engine.events import ModelLoadError
-from engine.file_hash import file_sha256
+from engine.file_hash import file_sha256, known_sha256
 from engine.options import EXTRA_BUFTS, MAX_BLOCK_SIZE, VERIFY_MODES
 from engine.paths import cache_root
 
@@ -364,6 +364,18 @@ def load_cached(key: str) -> KernelVerdict | None:
         return KernelVerdict.from_dict(data, from_cache=True)
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def cached_verdict(
+    model_path: str | os.PathLike[str], *, n_threads: int, n_gpu_layers: int = 0
+) -> KernelVerdict | None:
+    """The verdict remembered for this file on this machine, or None when it was never
+    checked here. Runs no check and hashes nothing: a file whose digest is not known yet has
+    no verdict either, since checking it computed the digest."""
+    path = Path(model_path)
+    if known_sha256(path) is None:
+        return None
+    return load_cached(verdict_key(path, n_threads=n_threads, n_gpu_layers=n_gpu_layers))
 
 
 def decide(

@@ -34,6 +34,23 @@ def test_settings_round_trip(tmp_path):
     assert again.block_size == 4 and again.theme == "dark"
 
 
+def test_model_files_and_folders_round_trip_and_bad_ones_fall_back(tmp_path):
+    store = SettingsStore(tmp_path)
+    files, folders = ("/models/a.gguf", "C:\\Models\\b.gguf"), ("/models", "~/more models")
+    store.save(AppSettings(model_files=files, model_folders=folders))
+    saved = json.loads((tmp_path / "settings.json").read_text(encoding="utf-8"))
+    assert saved["model_files"] == list(files)  # JSON lists
+    again, message = store.load()
+    assert message is None and (again.model_files, again.model_folders) == (files, folders)
+    assert again == AppSettings(model_files=files, model_folders=folders)
+    for bad in ("/models/a.gguf", ["/ok.gguf", 3], [""], {"a": 1}):
+        data = {"model_files": bad, "model_folders": ["/models"], "theme": "dark"}
+        (tmp_path / "settings.json").write_text(json.dumps(data), encoding="utf-8")
+        settings, message = store.load()
+        assert settings.model_files == () and settings.model_folders == ("/models",)
+        assert settings.theme == "dark" and "model_files" in message and "list of paths" in message
+
+
 def test_corrupt_settings_file_is_moved_aside(tmp_path):
     (tmp_path / "settings.json").write_text("{not json", encoding="utf-8")
     settings, message = SettingsStore(tmp_path).load()

@@ -136,6 +136,31 @@ def _click(qtbot, button) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 @pytest.mark.skipif(train_extra_missing() is not None, reason="needs the [train] extra")
+def test_a_stopped_job_is_found_by_its_model_id_or_its_file(tmp_path, monkeypatch):
+    """A job for a model given as a file names it by the file's stem: the app asks by path."""
+    from engine.speedup.job import Job, speedup_root
+    from engine.speedup.plan import BUDGETS
+
+    monkeypatch.setenv("HYFLASH_DATA_DIR", str(tmp_path / "data"))
+    gguf = tmp_path / "models" / "mine.Q4_1.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF")
+    link = tmp_path / "link.gguf"
+    link.symlink_to(gguf)
+    assert unfinished_job(str(gguf)) is None
+    folder = speedup_root() / "0123456789abcdef"
+    Job(folder, folder / "corpus", BUDGETS["quick"]).create(gguf.stem, gguf.resolve(), "ab" * 32)
+    assert unfinished_job(str(gguf)) == unfinished_job(str(link)) == "quick"
+    assert unfinished_job(str(tmp_path / "other" / "mine.Q4_1.gguf")) is None  # same stem
+    blob = tmp_path / "blobs" / "sha256-0a1b"  # Ollama's files have no .gguf suffix
+    blob.parent.mkdir()
+    blob.write_bytes(b"GGUF")
+    assert unfinished_job(str(blob)) is None
+    folder = speedup_root() / "fedcba9876543210"
+    Job(folder, folder / "corpus", BUDGETS["standard"]).create(blob.stem, blob, "cd" * 32)
+    assert unfinished_job(str(blob)) == "standard"
+
+
 def test_dialog_runs_pauses_cancels_and_resumes_a_real_job(qtbot, tmp_path, monkeypatch):
     """`hyflash speedup --budget tiny` on the embedded model, in a child process: about 10
     minutes on 2 CPU cores (a third of it the plan's one-off measurement of this machine)."""
