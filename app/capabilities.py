@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from app.settings import BACKENDS
 from engine.drafters.spec import DRAFT_MODEL
 from engine.drafters.spec import hyflash_status as engine_hyflash_status
@@ -30,6 +32,23 @@ def draft_models(model_id: str | None) -> list[tuple[str, str]]:
     except (EngineError, OSError):
         return []
     return [(f"{DRAFT_MODEL}{e.id}", f"Draft model: {e.name}") for e in entries]
+
+
+def draft_model_note(target: Path | None, target_id: str | None) -> tuple[str, str] | None:
+    """("Draft model", tooltip) when an installed catalog model can draft for the GGUF
+    `target`, for the model manager's drafter column; None where none can (or no file)."""
+    from engine.models.draft_models import draft_model_choices
+
+    if target is None:
+        return None
+    try:
+        entries = draft_model_choices(target, target_id)
+    except (EngineError, OSError):
+        return None
+    if not entries:
+        return None
+    names = ", ".join(e.name for e in entries)
+    return "Draft model", f"No HyFlash drafter; a draft model can draft for it: {names} (Settings)"
 
 
 def backend_status() -> dict[str, tuple[bool, str]]:

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.capabilities import draft_model_note
 from app.model_folders import FoldersDialog
 from app.settings import AppSettings
 from app.speedup_job import unfinished_job
@@ -78,6 +79,9 @@ def drafter_of(model: LocalModel) -> tuple[bool, str, str]:
     has, why = hyflash_status(model.path, Path(model.path))
     if has:
         return True, "HyFlash", "A learned HyFlash drafter is installed for this model file"
+    draft = draft_model_note(Path(model.path), None)
+    if draft is not None:
+        return False, *draft
     return False, "n-gram", f"{why} Speculative decoding uses n-gram lookup."
 
 

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.capabilities import draft_model_note
 from app.local_models import LocalModels, gguf_paths, make_table
 from app.settings import AppSettings
 from app.speedup_dialog import SpeedupDialog
@@ -29,6 +30,7 @@ from engine.drafters.spec import hyflash_status
 from engine.events import EngineError
 from engine.models.catalog import CatalogEntry, load_catalog
 from engine.models.discovery import Roots
+from engine.models.draft_models import header_file
 from engine.models.resolve import resolve_target
 from engine.units import format_size
 
@@ -119,12 +121,16 @@ class _Row:
             # packaged models but not for every Hub file, so the file itself is the key there
             path = cached_model_path(self.entry)
         has, why = hyflash_status(self.entry.id, path)
-        self.drafter.setText("HyFlash" if has else "n-gram")
-        self.drafter.setToolTip(
-            "A learned HyFlash drafter is installed for this model"
-            if has
-            else f"{why} Speculative decoding uses n-gram lookup (no drafter model needed)."
-        )
+        draft = None if has else draft_model_note(header_file(self.entry), self.entry.id)
+        if has:
+            text, tip = "HyFlash", "A learned HyFlash drafter is installed for this model"
+        elif draft is not None:
+            text, tip = draft
+        else:
+            text = "n-gram"
+            tip = f"{why} Speculative decoding uses n-gram lookup (no drafter model needed)."
+        self.drafter.setText(text)
+        self.drafter.setToolTip(tip)
         return has
 
 

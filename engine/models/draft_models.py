@@ -33,11 +33,13 @@ def header_file(entry: CatalogEntry) -> Path | None:
 
 
 def draft_model_choices(target: Path, target_id: str | None = None) -> list[CatalogEntry]:
-    """The installed catalog models that can draft for the GGUF `target`, smallest first."""
+    """The installed catalog models that can draft for the GGUF `target` (a catalog model's
+    header_file, or any GGUF), smallest first."""
     st = target.stat()
-    return [
-        load_catalog()[i] for i in _choices(target.resolve(), st.st_size, st.st_mtime_ns, target_id)
-    ]
+    entry = load_catalog().get(target_id) if target_id else None
+    size = entry.size_bytes if entry is not None and entry.size_bytes else st.st_size
+    found = _choices(target.resolve(), size, st.st_mtime_ns, target_id)
+    return [load_catalog()[i] for i in found]
 
 
 @functools.lru_cache(maxsize=16)

@@ -127,8 +127,13 @@ def test_catalog_states(manager):
     # which models have a learned drafter (the catalog's), the others draft by n-gram lookup
     with_drafter = {i for i, e in load_catalog().items() if e.drafter}
     assert default_target_id() in with_drafter and MODEL_ID not in with_drafter
+    # the 1.5B has none, but the installed 0.5B of its vocabulary can draft for it
+    drafts = {"qwen2.5-coder-1.5b-instruct"}
     for model_id in manager.rows:
-        assert manager.drafter_of(model_id) == ("HyFlash" if model_id in with_drafter else "n-gram")
+        want = "HyFlash" if model_id in with_drafter else "n-gram"
+        assert manager.drafter_of(model_id) == ("Draft model" if model_id in drafts else want)
+    tip = manager.table.item(list(manager.rows).index("qwen2.5-coder-1.5b-instruct"), 4).toolTip()
+    assert "Qwen2.5 Coder 0.5B" in tip
 
 
 def test_offline_download_fails_with_a_message(qtbot, manager, monkeypatch):
