@@ -244,7 +244,7 @@ class Engine:
                     drafter,
                     tokens,
                     settings,
-                    chooser=self.chooser,
+                    chooser=self._chooser_for(drafter),
                     cancel=cancel,
                     verify_chunk=self.verify.chunk,
                     verify_mode=self.verify.mode,
@@ -255,6 +255,18 @@ class Engine:
                     yield event
             except EngineError as exc:
                 yield ErrorEvent(str(exc))
+
+    def _chooser_for(self, drafter: Drafter) -> BlockSizeChooser | None:
+        """The block-size chooser of this generation's drafter. Behind a prediction the same
+        drafter gets a chooser of its own: there it mostly proposes copies, and the history of
+        its answers without one (mostly empty proposals) would outweigh them in the mix of
+        kinds that decides whether a call is worth making."""
+        if self.cost is None or drafter is self.drafter:
+            return self.chooser
+        key = f"{drafter.name}+prediction"
+        if key not in self._choosers:
+            self._choosers[key] = BlockSizeChooser(self.cost, self.max_block)
+        return self._choosers[key]
 
     def _prediction_tokens(self, prediction: str | None) -> list[int]:
         if not prediction:

@@ -1,7 +1,14 @@
 """A fixed, varied prompt set: chat questions, maths, code, and prompts that invite copying
-from the context (where prompt-lookup drafting shines)."""
+from the context (where prompt-lookup drafting shines), and the grounded set: code edits,
+rewrites and quotes over 20-80-line inputs (data/grounded/prompts.jsonl)."""
 
 from __future__ import annotations
+
+import json
+
+from engine.paths import REPO
+
+GROUNDED_FILE = REPO / "data" / "grounded" / "prompts.jsonl"
 
 CHAT_PROMPTS: list[str] = [
     "What is the capital of France? Answer in one sentence.",
@@ -102,3 +109,14 @@ REPEAT_PROMPTS: list[str] = [
         "'Practice makes progress, and progress makes confidence.'"
     ),
 ]
+
+
+def grounded_prompts() -> list[tuple[str, str]]:
+    """(task kind, prompt) of the grounded set, written for the project and never trained on:
+    the instruction, then the input in a fenced block of its language, as an editor sends it."""
+    rows = [json.loads(line) for line in GROUNDED_FILE.read_text(encoding="utf-8").splitlines()]
+    return [
+        (r["kind"], f"{r['instruction']}\n\n```{r['language']}\n{r['input'].rstrip()}\n```")
+        for r in rows
+        if r
+    ]

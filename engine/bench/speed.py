@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.bench.projection import CostCurve, project, projection_markdown
-from engine.bench.prompts import CHAT_PROMPTS, REPEAT_PROMPTS
+from engine.bench.prompts import CHAT_PROMPTS, REPEAT_PROMPTS, grounded_prompts
 from engine.bench.provenance import provenance, run_machine
 from engine.decoding.blocksize import profile_costs
 from engine.events import ErrorEvent, Finished, GenerationSettings, StepStats
@@ -167,13 +167,16 @@ def weight_bytes(gguf_path: Path) -> int:
 def bench_prompts(
     prompt_set: str, limit: int | None, per_set: int
 ) -> list[tuple[str, str | tuple[str, str]]]:
-    """(set, prompt) pairs: the 28 chat prompts, the repeat/quote/edit prompts, or the first
+    """(set, prompt) pairs: the 28 chat prompts, the repeat/quote/edit prompts, the grounded
+    code-edit and rewrite prompts by task kind, or the first
     `per_set` of every held-out evaluation set (engine/bench/corpora.py; never in the
     drafter's training data), plus MT-Bench second turns as (first turn, second turn)."""
     if prompt_set == "chat":
         return [("chat", p) for p in CHAT_PROMPTS[:limit]]
     if prompt_set == "repeat":
         return [("repeat", p) for p in REPEAT_PROMPTS[:limit]]
+    if prompt_set == "grounded":  # a set per task kind
+        return grounded_prompts()[:limit]
     from engine.bench.corpora import eval_prompts, mtbench_second_turns
 
     pairs: list[tuple[str, str | tuple[str, str]]] = [

@@ -59,9 +59,10 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--prompt-set",
         default="chat",
-        choices=["chat", "eval", "repeat"],
+        choices=["chat", "eval", "repeat", "grounded"],
         help="chat: 28 varied prompts; eval: the held-out sets; repeat: answers that repeat, "
-        "quote or edit the prompt's text",
+        "quote or edit the prompt's text; grounded: 27 code edits, rewrites and quotes of "
+        "20-80-line inputs, by task kind",
     )
     p.add_argument("--prompts", type=int, default=None, help="first N prompts")
     p.add_argument("--per-set", type=int, default=4, help="eval: first N of every set")

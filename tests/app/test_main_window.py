@@ -247,6 +247,18 @@ def test_drafter_that_does_not_match_keeps_the_old_one(qtbot, window, host):
     assert fin.stop_reason in ("eos", "length")
 
 
+def test_a_draft_model_of_another_vocabulary_is_refused_in_one_line(qtbot, window, host):
+    failures = []
+    host.worker.drafterFailed.connect(failures.append)
+    host.set_drafter("model:qwen2.5-coder-0.5b-instruct")  # 151,936 tokens; SmolLM2 49,152
+    qtbot.waitUntil(lambda: bool(failures), timeout=30000)
+    assert "cannot draft for" in failures[0] and "\n" not in failures[0]
+    assert "151,936" in failures[0] and "49,152" in failures[0]
+    qtbot.waitUntil(lambda: "cannot draft for" in window.banner.text(), timeout=5000)
+    assert host.worker.engine.drafter.name == "ngram"
+    host.set_drafter("ngram")
+
+
 def test_about_dialog_shows_versions_and_backend(qtbot, window):
     dialog = window.open_about()
     qtbot.addWidget(dialog)

@@ -281,3 +281,20 @@ def test_bench_refuses_zero_runs(capsys):
 
     assert main(["bench", "--quick", "--runs", "0"]) == 2
     assert "--runs must be at least 1" in capsys.readouterr().err
+
+
+def test_grounded_set_gives_every_task_kind_its_input_in_a_fenced_block():
+    import json
+
+    from engine.bench.prompts import GROUNDED_FILE
+    from engine.bench.speed import bench_prompts
+
+    rows = [json.loads(line) for line in GROUNDED_FILE.read_text().splitlines() if line]
+    pairs = bench_prompts("grounded", None, 4)
+    assert len(pairs) == len(rows) >= 20
+    assert {kind for kind, _ in pairs} == {r["kind"] for r in rows}
+    for (kind, prompt), row in zip(pairs, rows, strict=True):
+        assert kind == row["kind"] and prompt.startswith(row["instruction"])
+        assert f"```{row['language']}\n" in prompt and row["input"].rstrip() in prompt
+        assert 20 <= len(row["input"].splitlines()) <= 80
+    assert len(bench_prompts("grounded", 5, 4)) == 5

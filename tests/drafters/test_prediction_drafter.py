@@ -71,10 +71,37 @@ def test_greedy_output_is_plain_decodings_whatever_the_prediction(engine, plain,
         accepted, rejected = fin.prediction_tokens
         if kind in ("right", "longer"):
             assert accepted >= len(plain.token_ids) - 2, kind
-            assert fin.stats.tau_mean > (2.0 if block != 4 else 1.8), (kind, fin.stats.tau_mean)
+            # auto starts a new kind of proposal at small blocks; on this 37-token answer it
+            # lands near 2 (1.3 when novel answers' history drowned the copies)
+            least = {4: 1.8, "auto": 1.7}.get(block, 2.0)
+            assert fin.stats.tau_mean > least, (kind, fin.stats.tau_mean)
 
 
 def test_a_prediction_longer_than_the_context_is_refused(engine):
     events = list(engine.generate(PROMPT, prediction="planet " * 5000))
     assert isinstance(events[-1], ErrorEvent) and events[-1].kind == "input"
     assert "longer than the model's whole context" in events[-1].message
+
+
+NOVEL = [
+    "Write a short poem about the sea.",
+    "Explain what a hash table is to a beginner.",
+    "Give me three tips for learning a new language.",
+    "What causes the seasons on Earth?",
+    "Explain recursion with an example.",
+    "What are the benefits of regular exercise?",
+    "Explain the difference between TCP and UDP.",
+    "Give a recipe for pancakes.",
+]
+
+
+def test_answers_without_a_prediction_do_not_teach_auto_to_ignore_one(engine, plain):
+    """Block size auto learns per drafter; a run of novel answers (n-gram lookup mostly finds
+    nothing) must not make it skip the copies of a right prediction that follows."""
+    engine.set_drafter("ngram")
+    for prompt in NOVEL:
+        settings = GenerationSettings(max_tokens=96, block_size="auto")
+        assert isinstance(list(engine.generate(prompt, settings=settings))[-1], Finished)
+    fin = _answer(engine, "auto", plain.text)
+    assert fin.token_ids == plain.token_ids
+    assert fin.stats.tau_mean > 1.7, fin.stats.tau_mean
