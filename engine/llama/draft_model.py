@@ -34,13 +34,18 @@ class DraftModelDrafter:
 
     @classmethod
     def load(cls, path: Path, target: LlamaTarget, name: str) -> DraftModelDrafter:
-        """The draft model at `path` for `target`, in a context as long as the target's and
-        with its kernels' configuration; DrafterMismatchError when the two do not pair."""
+        """The draft model at `path` for `target`, in a context as long as the target's, on
+        its backend and with its kernels' configuration; DrafterMismatchError when the two do
+        not pair."""
         problem = pairing_problem(target.path, path)
         if problem:
             raise DrafterMismatchError(problem)
         model = LlamaTarget(
-            path, n_ctx=target.n_ctx, n_threads=target.n_threads, kernels=target.kernels
+            path,
+            n_ctx=target.n_ctx,
+            n_threads=target.n_threads,
+            n_gpu_layers=target.n_gpu_layers,
+            kernels=target.kernels,
         )
         return cls(model, name)
 

@@ -108,6 +108,7 @@ class LlamaTarget:
         check_gguf(path)
         self.path = path
         self.n_threads = n_threads or default_threads()
+        self.n_gpu_layers = n_gpu_layers
         self._model = None
         self._ctx = None
         self._batch = None
