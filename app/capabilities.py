@@ -9,7 +9,7 @@ from engine.drafters.spec import DRAFT_MODEL
 from engine.drafters.spec import hyflash_status as engine_hyflash_status
 from engine.events import EngineError
 from engine.llama.backends import DISPLAY, choose, probe
-from engine.models.catalog import default_target_id
+from engine.models.catalog import CatalogEntry, default_target_id
 
 
 def hyflash_status(model_id: str | None) -> tuple[bool, str]:
@@ -20,31 +20,35 @@ def hyflash_status(model_id: str | None) -> tuple[bool, str]:
         return False, f"The model catalog could not be read: {exc}"
 
 
+def _drafting_for(target: Path, target_id: str | None) -> list[CatalogEntry]:
+    """The installed catalog models that can draft for the GGUF `target` (none where its
+    header cannot be read)."""
+    from engine.models.draft_models import draft_model_choices
+
+    try:
+        return draft_model_choices(target, target_id)
+    except (EngineError, OSError):
+        return []
+
+
 def draft_models(model_id: str | None) -> list[tuple[str, str]]:
     """(drafter spec, label) for each installed catalog model that can draft for `model_id`
     (smaller, same vocabulary: engine.models.draft_models); none where it cannot be found."""
-    from engine.models.draft_models import draft_model_choices
     from engine.models.resolve import resolve_target
 
     try:
         target_id, path = resolve_target(model_id)
-        entries = draft_model_choices(path, target_id)
     except (EngineError, OSError):
         return []
-    return [(f"{DRAFT_MODEL}{e.id}", f"Draft model: {e.name}") for e in entries]
+    return [
+        (f"{DRAFT_MODEL}{e.id}", f"Draft model: {e.name}") for e in _drafting_for(path, target_id)
+    ]
 
 
 def draft_model_note(target: Path | None, target_id: str | None) -> tuple[str, str] | None:
     """("Draft model", tooltip) when an installed catalog model can draft for the GGUF
     `target`, for the model manager's drafter column; None where none can (or no file)."""
-    from engine.models.draft_models import draft_model_choices
-
-    if target is None:
-        return None
-    try:
-        entries = draft_model_choices(target, target_id)
-    except (EngineError, OSError):
-        return None
+    entries = _drafting_for(target, target_id) if target is not None else []
     if not entries:
         return None
     names = ", ".join(e.name for e in entries)

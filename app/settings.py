@@ -95,7 +95,11 @@ def _generation_problem(name: str, value: object) -> str | None:
 def _is_draft_model_spec(value: object) -> bool:
     """model:ID|PATH, a draft model (engine.drafters.spec); whether it fits the loaded model is
     the engine's to say when it switches."""
-    return isinstance(value, str) and value.startswith(DRAFT_MODEL) and bool(value[6:].strip())
+    return (
+        isinstance(value, str)
+        and value.startswith(DRAFT_MODEL)
+        and bool(value[len(DRAFT_MODEL) :].strip())
+    )
 
 
 def _problem(name: str, value: object) -> str | None:

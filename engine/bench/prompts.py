@@ -114,9 +114,9 @@ REPEAT_PROMPTS: list[str] = [
 def grounded_prompts() -> list[tuple[str, str]]:
     """(task kind, prompt) of the grounded set, written for the project and never trained on:
     the instruction, then the input in a fenced block of its language, as an editor sends it."""
-    rows = [json.loads(line) for line in GROUNDED_FILE.read_text(encoding="utf-8").splitlines()]
+    lines = GROUNDED_FILE.read_text(encoding="utf-8").splitlines()
+    rows = [json.loads(line) for line in lines if line.strip()]
     return [
         (r["kind"], f"{r['instruction']}\n\n```{r['language']}\n{r['input'].rstrip()}\n```")
         for r in rows
-        if r
     ]

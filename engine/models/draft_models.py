@@ -35,16 +35,17 @@ def header_file(entry: CatalogEntry) -> Path | None:
 def draft_model_choices(target: Path, target_id: str | None = None) -> list[CatalogEntry]:
     """The installed catalog models that can draft for the GGUF `target` (a catalog model's
     header_file, or any GGUF), smallest first."""
+    catalog = load_catalog()
     st = target.stat()
-    entry = load_catalog().get(target_id) if target_id else None
+    entry = catalog.get(target_id) if target_id else None
+    # a catalog model's own size: its header file may be the first of its parts
     size = entry.size_bytes if entry is not None and entry.size_bytes else st.st_size
-    found = _choices(target.resolve(), size, st.st_mtime_ns, target_id)
-    return [load_catalog()[i] for i in found]
+    return [catalog[i] for i in _choices(target.resolve(), size, st.st_mtime_ns, target_id)]
 
 
 @functools.lru_cache(maxsize=16)
 def _choices(target: Path, size: int, mtime_ns: int, target_id: str | None) -> tuple[str, ...]:
-    # keyed by the target file's size and mtime: a vocabulary is read once per file version
+    # keyed by the target file's mtime: its vocabulary is read once per file version
     found = []
     for entry in sorted(load_catalog().values(), key=lambda e: e.size_bytes):
         if entry.id == target_id or not 0 < entry.size_bytes < size:
